@@ -1,0 +1,121 @@
+//! What a call picks up from where it runs: the store, the scope, and (inside a tool
+//! body) the key of the call being executed.
+
+use std::future::Future;
+use std::sync::{Arc, Once, RwLock};
+
+use crate::store::{MemoryStore, Store};
+
+tokio::task_local! {
+    static STORE: Arc<dyn Store>;
+    static SCOPE: Scope;
+    static CURRENT_KEY: Arc<str>;
+}
+
+/// The scope folded into every key: one or more nested `with_scope` parts.
+#[derive(Clone, Debug)]
+pub(crate) struct Scope {
+    /// The parts joined with U+001F (scope parts may not contain control characters, so
+    /// nesting is unambiguous); `Err` if a part was invalid, reported at the next call.
+    pub(crate) joined: Result<Arc<str>, String>,
+}
+
+static DEFAULT_STORE: RwLock<Option<Arc<dyn Store>>> = RwLock::new(None);
+static FALLBACK_WARNING: Once = Once::new();
+
+/// Installs the store every call in this process uses, unless a task installed its own
+/// with [`with_store`]. Replaces any store installed before.
+pub fn set_default_store<S: Store>(store: S) {
+    let store: Arc<dyn Store> = Arc::new(store);
+    let mut slot = DEFAULT_STORE
+        .write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    *slot = Some(store);
+}
+
+/// Runs `future` with `store` as the store of every call made inside it (and inside the
+/// futures it awaits; not inside tasks it spawns). Tests use this to isolate themselves.
+pub async fn with_store<S: Store, F: Future>(store: S, future: F) -> F::Output {
+    let store: Arc<dyn Store> = Arc::new(store);
+    STORE.scope(store, future).await
+}
+
+/// Runs `future` with `scope` (a tenant, a user, a run) folded into every key made inside
+/// it, so the same intent in two scopes never shares a result. Nested scopes compose.
+///
+/// A scope must be non-empty and free of control characters; an invalid one makes every
+/// call inside fail with [`Error::InvalidArguments`](crate::Error::InvalidArguments).
+pub async fn with_scope<F: Future>(scope: impl Into<String>, future: F) -> F::Output {
+    let part: String = scope.into();
+    let joined = match SCOPE.try_with(|outer| outer.joined.clone()) {
+        Ok(Err(e)) => Err(e),
+        outer => validate_scope(&part).map(|()| match outer {
+            Ok(Ok(outer)) => Arc::from(format!("{outer}\u{1f}{part}")),
+            _ => Arc::from(part.as_str()),
+        }),
+    };
+    SCOPE.scope(Scope { joined }, future).await
+}
+
+fn validate_scope(part: &str) -> Result<(), String> {
+    if part.is_empty() {
+        return Err("the scope given to `with_scope` is empty; pass the tenant, user or run it stands for".to_owned());
+    }
+    if part.chars().any(char::is_control) {
+        return Err(format!(
+            "the scope {part:?} given to `with_scope` contains a control character; scopes are printable text"
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn current_scope() -> Option<Result<Arc<str>, String>> {
+    SCOPE.try_with(|s| s.joined.clone()).ok()
+}
+
+pub(crate) fn current_store() -> Arc<dyn Store> {
+    if let Ok(store) = STORE.try_with(Arc::clone) {
+        return store;
+    }
+    if let Some(store) = DEFAULT_STORE
+        .read()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .as_ref()
+    {
+        return Arc::clone(store);
+    }
+    let mut slot = DEFAULT_STORE
+        .write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let store = slot.get_or_insert_with(|| Arc::new(MemoryStore::new()) as Arc<dyn Store>);
+    FALLBACK_WARNING.call_once(|| {
+        tracing::warn!(
+            "tool-contracts: no store installed; using a process-local MemoryStore, which forgets every key when the process exits. Call `tool_contracts::set_default_store` with a durable store in production."
+        );
+    });
+    Arc::clone(store)
+}
+
+pub(crate) async fn with_current_key<F: Future>(key: Arc<str>, future: F) -> F::Output {
+    CURRENT_KEY.scope(key, future).await
+}
+
+/// The idempotency key of the tool call being executed, inside a tool body; `None`
+/// elsewhere. Forward it to downstream APIs that honour idempotency keys (a payment
+/// provider's `Idempotency-Key` header): the innermost layer of protection.
+pub fn current_key() -> Option<String> {
+    CURRENT_KEY.try_with(|k| k.to_string()).ok()
+}
+
+/// [`current_key`] as a UUID (version 5, in a namespace fixed by the key spec), for
+/// providers that demand UUID idempotency keys. Stable: the same key gives the same UUID.
+pub fn current_key_uuid() -> Option<uuid::Uuid> {
+    CURRENT_KEY
+        .try_with(|k| uuid::Uuid::new_v5(&KEY_UUID_NAMESPACE, k.as_bytes()))
+        .ok()
+}
+
+/// Namespace of [`current_key_uuid`]: UUIDv5 of the URL `https://tool-contracts.dev/key/v1`
+/// in the standard URL namespace, written out so it never depends on a computation.
+pub(crate) const KEY_UUID_NAMESPACE: uuid::Uuid =
+    uuid::Uuid::from_u128(0x43e0e3a5_8d85_580b_8ff2_62fd4a344634);

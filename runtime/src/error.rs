@@ -1,0 +1,176 @@
+//! The one error type of the crate: data an operator (or an LLM) can act on.
+
+use crate::spec::SourceLocation;
+
+/// Everything that can go wrong around a tool call, apart from the tool's own errors.
+///
+/// Every variant names the tool and, where one exists, the idempotency key, and its
+/// message says what to do next. Tools declare `E: From<Error>` so these reach the caller
+/// through the tool's own error type.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A call with the same key is still running and the tool's policy is `concurrent = "reject"`.
+    #[error("tool `{tool}`: a call with idempotency key {key} is still in progress; retry once it has finished (its lease expires within {lease_remaining_ms} ms if its worker died)")]
+    InProgress {
+        /// Tool name.
+        tool: String,
+        /// Idempotency key.
+        key: String,
+        /// How long the running call's lease still has, in milliseconds.
+        lease_remaining_ms: u64,
+    },
+    /// The key was used before with other non-key arguments.
+    #[error("tool `{tool}`: idempotency key {key} was already used with different values for {params}; a retry must repeat the same arguments, and a new intent needs different key fields ({key_fields})", params = list(.params), key_fields = list(.key_fields))]
+    KeyReused {
+        /// Tool name.
+        tool: String,
+        /// Idempotency key.
+        key: String,
+        /// The parameters whose values differ from the first call's.
+        params: Vec<String>,
+        /// The tool's key fields, to say what makes a new intent.
+        key_fields: Vec<String>,
+    },
+    /// An earlier call with this key claimed it and never finished: its worker died or lost
+    /// its lease mid-call, so the effect may or may not have happened.
+    #[error("tool `{tool}`: the outcome of an earlier call with idempotency key {key} is unknown (its worker stopped mid-call); check whether the effect happened before retrying, then resolve the key with an operator tool")]
+    OutcomeUnknown {
+        /// Tool name.
+        tool: String,
+        /// Idempotency key.
+        key: String,
+    },
+    /// The store failed or could not be reached; nothing ran (fail closed).
+    #[error("tool `{tool}`: the idempotency store failed for key {key}: {message}; nothing was run, retry when the store is back")]
+    Store {
+        /// Tool name.
+        tool: String,
+        /// Idempotency key (empty if not derived yet).
+        key: String,
+        /// What the store said.
+        message: String,
+    },
+    /// The arguments cannot make a valid call; nothing was claimed or run.
+    #[error("tool `{tool}`: invalid arguments{at}: {message}", at = field_suffix(.field))]
+    InvalidArguments {
+        /// Tool name.
+        tool: String,
+        /// The offending field path, if one is known.
+        field: Option<String>,
+        /// What was wrong and what to send instead.
+        message: String,
+    },
+    /// No tool of that name is registered.
+    #[error("no tool named `{name}` is registered{hint}", hint = unknown_tool_hint(.suggestion))]
+    UnknownTool {
+        /// The name asked for.
+        name: String,
+        /// The closest registered name, if any is close.
+        suggestion: Option<String>,
+    },
+    /// A value could not be encoded or a stored value could not be decoded.
+    #[error("tool `{tool}`: {message} (idempotency key {key})")]
+    Codec {
+        /// Tool name.
+        tool: String,
+        /// Idempotency key.
+        key: String,
+        /// What failed and the remedy.
+        message: String,
+    },
+    /// A `#[context]` parameter has no value in the registry.
+    #[error("tool `{tool}`: no context value of type `{type_name}` for parameter `{param}`; add one with `Registry::with_context(value)`")]
+    MissingContext {
+        /// Tool name.
+        tool: String,
+        /// Parameter name.
+        param: String,
+        /// Rust type expected.
+        type_name: String,
+    },
+    /// The tool ran and returned its own error (reported by [`Registry::call`](crate::Registry::call)).
+    #[error("tool `{tool}` failed: {message}")]
+    ToolFailed {
+        /// Tool name.
+        tool: String,
+        /// Idempotency key (empty for read-only tools).
+        key: String,
+        /// The tool error's `Display`.
+        message: String,
+    },
+    /// Two registered tools share a name.
+    #[error("two tools are registered as `{name}`: one at {first}, one at {second}; give one of them `name = \"...\"`")]
+    DuplicateTool {
+        /// The shared name.
+        name: String,
+        /// Where the first was declared.
+        first: SourceLocation,
+        /// Where the second was declared.
+        second: SourceLocation,
+    },
+}
+
+fn list(items: &[String]) -> String {
+    items.iter().map(|p| format!("`{p}`")).collect::<Vec<_>>().join(", ")
+}
+
+fn field_suffix(field: &Option<String>) -> String {
+    match field {
+        Some(f) => format!(" at `{f}`"),
+        None => String::new(),
+    }
+}
+
+fn unknown_tool_hint(suggestion: &Option<String>) -> String {
+    match suggestion {
+        Some(s) => format!("; did you mean `{s}`?"),
+        None => "; list the tools with `tools/list` or `Registry::iter()`".to_owned(),
+    }
+}
+
+impl Error {
+    /// The tool the error is about, if any.
+    pub fn tool(&self) -> Option<&str> {
+        match self {
+            Error::InProgress { tool, .. }
+            | Error::KeyReused { tool, .. }
+            | Error::OutcomeUnknown { tool, .. }
+            | Error::Store { tool, .. }
+            | Error::InvalidArguments { tool, .. }
+            | Error::Codec { tool, .. }
+            | Error::MissingContext { tool, .. }
+            | Error::ToolFailed { tool, .. } => Some(tool),
+            Error::UnknownTool { .. } | Error::DuplicateTool { .. } => None,
+        }
+    }
+
+    /// The idempotency key the error is about, if one was derived.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            Error::InProgress { key, .. }
+            | Error::KeyReused { key, .. }
+            | Error::OutcomeUnknown { key, .. }
+            | Error::Store { key, .. }
+            | Error::Codec { key, .. }
+            | Error::ToolFailed { key, .. } => (!key.is_empty()).then_some(key.as_str()),
+            _ => None,
+        }
+    }
+
+    /// A stable machine-readable code, e.g. for MCP results and metrics.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::InProgress { .. } => "in_progress",
+            Error::KeyReused { .. } => "key_reused",
+            Error::OutcomeUnknown { .. } => "outcome_unknown",
+            Error::Store { .. } => "store",
+            Error::InvalidArguments { .. } => "invalid_arguments",
+            Error::UnknownTool { .. } => "unknown_tool",
+            Error::Codec { .. } => "codec",
+            Error::MissingContext { .. } => "missing_context",
+            Error::ToolFailed { .. } => "tool_failed",
+            Error::DuplicateTool { .. } => "duplicate_tool",
+        }
+    }
+}

@@ -1,0 +1,29 @@
+//! Runtime of `tool-contracts`: the key spec, the store trait and its backends, the dedup
+//! engine, tool descriptors and the registry.
+//!
+//! Users depend on the `tool-contracts` facade crate, which re-exports everything here;
+//! the attribute macros reach this crate only through `tool_contracts::__private`.
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod ambient;
+mod engine;
+mod error;
+pub mod key;
+mod registry;
+mod spec;
+pub mod store;
+
+#[doc(hidden)]
+pub mod __private;
+
+pub use ambient::{current_key, current_key_uuid, set_default_store, with_scope, with_store};
+pub use error::Error;
+pub use registry::{registry, try_registry, Registry, ToolDescriptor, ToolOutput, META_PREFIX};
+pub use spec::{Concurrent, Mismatch, OnUnknown, SourceLocation, ToolKind};
+pub use store::{MemoryStore, Store};
+
+/// Re-exported: [`current_key_uuid`] returns a `uuid::Uuid`.
+pub use ::uuid;
+/// Re-exported: tool parameters implement `schemars::JsonSchema`.
+pub use ::schemars;

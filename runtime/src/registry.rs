@@ -1,0 +1,397 @@
+//! Tool descriptors, collected at link time, and the registry agents call tools through.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use serde_json::{json, Map, Value};
+
+use crate::engine::{self, CallReport};
+use crate::error::Error;
+use crate::spec::{Concurrent, Mismatch, OnUnknown, SourceLocation, ToolKind, ToolSpec};
+
+/// A boxed `Send` future, the return type of a tool's registry entry point.
+#[doc(hidden)]
+pub type BoxFuture<'a, T> = core::pin::Pin<Box<dyn core::future::Future<Output = T> + Send + 'a>>;
+/// A tool's registry entry point: decode JSON arguments, call the tool, encode its result.
+#[doc(hidden)]
+pub type InvokeFn = for<'a> fn(&'a Context, Value) -> BoxFuture<'a, Result<Value, Error>>;
+/// A tool's key derivation from JSON arguments.
+#[doc(hidden)]
+pub type KeyOfFn = fn(&Value) -> Result<String, Error>;
+
+/// The reverse-DNS prefix of this crate's entries in MCP `_meta` objects.
+pub const META_PREFIX: &str = "dev.tool-contracts";
+
+/// Everything known about one registered tool: its contract, schema and entry point.
+pub struct ToolDescriptor {
+    spec: &'static ToolSpec,
+    key_of: Option<KeyOfFn>,
+    invoke: InvokeFn,
+    input_schema: fn() -> Value,
+    output_schema: fn() -> Option<Value>,
+}
+
+inventory::collect!(ToolDescriptor);
+
+impl core::fmt::Debug for ToolDescriptor {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ToolDescriptor")
+            .field("spec", self.spec)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ToolDescriptor {
+    /// Built by the attribute macros.
+    #[doc(hidden)]
+    pub const fn new(
+        spec: &'static ToolSpec,
+        key_of: Option<KeyOfFn>,
+        invoke: InvokeFn,
+        input_schema: fn() -> Value,
+        output_schema: fn() -> Option<Value>,
+    ) -> Self {
+        Self {
+            spec,
+            key_of,
+            invoke,
+            input_schema,
+            output_schema,
+        }
+    }
+
+    /// The tool's name, unique in a registry.
+    pub fn name(&self) -> &'static str {
+        self.spec.name
+    }
+    /// The description shown to models (the doc comment unless set in the attribute).
+    pub fn description(&self) -> &'static str {
+        self.spec.description
+    }
+    /// Mutating (keyed) or read-only.
+    pub fn kind(&self) -> ToolKind {
+        self.spec.kind
+    }
+    /// Whether the tool is deduplicated by an idempotency key.
+    pub fn is_mutating(&self) -> bool {
+        self.spec.kind == ToolKind::Mutating
+    }
+    /// The key fields as written in the attribute, in key order.
+    pub fn idempotency_key_fields(&self) -> &'static [&'static str] {
+        self.spec.key_fields
+    }
+    /// The names of the JSON arguments, in declaration order.
+    pub fn params(&self) -> &'static [&'static str] {
+        self.spec.params
+    }
+    /// Contract version, part of every key.
+    pub fn version(&self) -> u32 {
+        self.spec.version
+    }
+    /// How long a completed result is kept.
+    pub fn ttl(&self) -> core::time::Duration {
+        self.spec.ttl
+    }
+    /// How long an in-progress claim is held before it counts as abandoned.
+    pub fn lease(&self) -> core::time::Duration {
+        self.spec.lease
+    }
+    /// Policy for duplicates that arrive while the first call runs.
+    pub fn concurrent(&self) -> Concurrent {
+        self.spec.concurrent
+    }
+    /// Policy for a key reused with other arguments.
+    pub fn payload_mismatch(&self) -> Mismatch {
+        self.spec.payload_mismatch
+    }
+    /// Policy for abandoned calls.
+    pub fn on_unknown(&self) -> OnUnknown {
+        self.spec.on_unknown
+    }
+    /// Whether `Err` results are stored and replayed.
+    pub fn cache_errors(&self) -> bool {
+        self.spec.cache_errors
+    }
+    /// Where the tool was declared.
+    pub fn location(&self) -> SourceLocation {
+        self.spec.location
+    }
+    /// JSON Schema of the tool's JSON arguments (an object schema).
+    pub fn input_schema(&self) -> Value {
+        (self.input_schema)()
+    }
+    /// JSON Schema of the tool's result, where its type gives one.
+    pub fn output_schema(&self) -> Option<Value> {
+        (self.output_schema)()
+    }
+
+    /// MCP tool annotations: `readOnlyHint`, `destructiveHint`, `idempotentHint` (true for
+    /// both kinds: a mutating tool is made idempotent by its key) and `openWorldHint`.
+    pub fn annotations(&self) -> Value {
+        json!({
+            "readOnlyHint": !self.is_mutating(),
+            "destructiveHint": self.is_mutating() && self.spec.destructive,
+            "idempotentHint": true,
+            "openWorldHint": self.spec.open_world,
+        })
+    }
+
+    /// The idempotency contract, as published under `_meta` in MCP `tools/list`.
+    pub fn idempotency_meta(&self) -> Value {
+        if !self.is_mutating() {
+            return json!({ "kind": "read_only" });
+        }
+        json!({
+            "kind": "mutating",
+            "keySpec": crate::key::TOOL_KEY_CONTRACT,
+            "keyFields": self.spec.key_fields,
+            "version": self.spec.version,
+            "ttlSeconds": self.spec.ttl.as_secs(),
+            "leaseSeconds": self.spec.lease.as_secs_f64(),
+            "concurrent": match self.spec.concurrent { Concurrent::Wait => "wait", Concurrent::Reject => "reject" },
+            "payloadMismatch": match self.spec.payload_mismatch { Mismatch::Reject => "reject", Mismatch::Replay => "replay" },
+            "onUnknown": match self.spec.on_unknown { OnUnknown::Fail => "fail", OnUnknown::Rerun => "rerun" },
+            "cacheErrors": self.spec.cache_errors,
+        })
+    }
+
+    /// The key a call with these JSON arguments would get, in the current scope; `None`
+    /// for a read-only tool. Invalid arguments give the same error the call would.
+    pub fn key(&self, args: &Value) -> Result<Option<String>, Error> {
+        match self.key_of {
+            Some(key_of) => key_of(args).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// This tool as an entry of an MCP `tools/list` result.
+    pub fn to_mcp_json(&self) -> Value {
+        let mut tool = Map::new();
+        tool.insert("name".into(), self.name().into());
+        tool.insert("description".into(), self.description().into());
+        tool.insert("inputSchema".into(), self.input_schema());
+        if let Some(schema) = self.output_schema() {
+            // MCP requires an object at the root of an output schema.
+            if schema.get("type").and_then(Value::as_str) == Some("object") {
+                tool.insert("outputSchema".into(), schema);
+            }
+        }
+        tool.insert("annotations".into(), self.annotations());
+        tool.insert(
+            "_meta".into(),
+            json!({ format!("{META_PREFIX}/idempotency"): self.idempotency_meta() }),
+        );
+        Value::Object(tool)
+    }
+}
+
+/// Values a registry injects into `#[context]` parameters, by type.
+#[doc(hidden)]
+#[derive(Default, Clone)]
+pub struct Context {
+    values: HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
+}
+
+impl Context {
+    /// The context value for a `&T` parameter.
+    pub fn get<T: Any + Send + Sync>(
+        &self,
+        spec: &'static ToolSpec,
+        param: &'static str,
+    ) -> Result<&T, Error> {
+        self.values
+            .get(&TypeId::of::<T>())
+            .and_then(|v| v.downcast_ref::<T>())
+            .ok_or_else(|| Error::MissingContext {
+                tool: spec.name.to_owned(),
+                param: param.to_owned(),
+                type_name: core::any::type_name::<T>().to_owned(),
+            })
+    }
+
+    /// The context value for an owned `T` parameter (cloned).
+    pub fn get_cloned<T: Any + Send + Sync + Clone>(
+        &self,
+        spec: &'static ToolSpec,
+        param: &'static str,
+    ) -> Result<T, Error> {
+        self.get::<T>(spec, param).cloned()
+    }
+}
+
+/// The result of [`Registry::call`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ToolOutput {
+    /// The tool's result as JSON.
+    pub value: Value,
+    /// The call's idempotency key (empty for read-only tools).
+    pub key: String,
+    /// Whether the result was replayed from the store rather than produced by running the tool.
+    pub replayed: bool,
+}
+
+/// Every tool an agent may call, by name, with the context values tools need.
+#[derive(Clone)]
+pub struct Registry {
+    tools: Arc<[&'static ToolDescriptor]>,
+    context: Arc<Context>,
+}
+
+impl core::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_list().entries(self.tools.iter().map(|t| t.name())).finish()
+    }
+}
+
+static GLOBAL: OnceLock<Result<Registry, Error>> = OnceLock::new();
+
+/// The registry of every tool linked into this program (built on first use).
+///
+/// # Panics
+/// If two tools share a name, naming both source locations: a program bug that
+/// [`try_registry`] reports as an error instead.
+pub fn registry() -> &'static Registry {
+    match try_registry() {
+        Ok(registry) => registry,
+        Err(e) => panic!("tool-contracts: {e}"),
+    }
+}
+
+/// The registry of every tool linked into this program, or the duplicate-name error.
+///
+/// A crate that nothing references may be dropped by the linker with its tools: reference
+/// it (`use my_tools as _;`) from the binary.
+pub fn try_registry() -> Result<&'static Registry, Error> {
+    GLOBAL
+        .get_or_init(|| Registry::from_tools(inventory::iter::<ToolDescriptor>))
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+impl Registry {
+    /// A registry of these tools (sorted by name), refusing duplicate names.
+    pub fn from_tools(
+        tools: impl IntoIterator<Item = &'static ToolDescriptor>,
+    ) -> Result<Registry, Error> {
+        let mut tools: Vec<&'static ToolDescriptor> = tools.into_iter().collect();
+        tools.sort_by(|a, b| {
+            a.name()
+                .cmp(b.name())
+                .then_with(|| a.location().file.cmp(b.location().file))
+                .then_with(|| a.location().line.cmp(&b.location().line))
+        });
+        if let Some(pair) = tools.windows(2).find(|w| w[0].name() == w[1].name()) {
+            return Err(Error::DuplicateTool {
+                name: pair[0].name().to_owned(),
+                first: pair[0].location(),
+                second: pair[1].location(),
+            });
+        }
+        Ok(Registry {
+            tools: tools.into(),
+            context: Arc::new(Context::default()),
+        })
+    }
+
+    /// A copy of this registry that also injects `value` into `#[context]` parameters of
+    /// type `&T` or `T` (replacing an earlier value of the same type).
+    pub fn with_context<T: Any + Send + Sync>(&self, value: T) -> Registry {
+        let mut context = Context::clone(&self.context);
+        context.values.insert(TypeId::of::<T>(), Arc::new(value));
+        Registry {
+            tools: Arc::clone(&self.tools),
+            context: Arc::new(context),
+        }
+    }
+
+    /// The tools, in name order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &'static ToolDescriptor> + '_ {
+        self.tools.iter().copied()
+    }
+
+    /// Number of tools.
+    pub fn len(&self) -> usize {
+        self.tools.len()
+    }
+
+    /// Whether there is no tool.
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+
+    /// The tool of that name.
+    pub fn get(&self, name: &str) -> Option<&'static ToolDescriptor> {
+        self.tools
+            .binary_search_by(|t| t.name().cmp(name))
+            .ok()
+            .map(|i| self.tools[i])
+    }
+
+    /// Calls a tool with JSON arguments through the same dedup engine as a direct call
+    /// (same intent, same key). Invalid arguments fail before anything is claimed or run.
+    pub async fn call(&self, name: &str, args: Value) -> Result<ToolOutput, Error> {
+        let tool = self.get(name).ok_or_else(|| Error::UnknownTool {
+            name: name.to_owned(),
+            suggestion: self.closest(name),
+        })?;
+        if !tool.is_mutating() {
+            let value = (tool.invoke)(&self.context, args).await?;
+            return Ok(ToolOutput {
+                value,
+                key: String::new(),
+                replayed: false,
+            });
+        }
+        let slot = Arc::new(Mutex::new(CallReport::default()));
+        let result = engine::with_report(Arc::clone(&slot), (tool.invoke)(&self.context, args)).await;
+        let report = core::mem::take(&mut *slot.lock().unwrap_or_else(|p| p.into_inner()));
+        let key = report.key.unwrap_or_default();
+        match (result, report.error) {
+            (Ok(value), _) => Ok(ToolOutput {
+                value,
+                key,
+                replayed: report.replayed,
+            }),
+            // The engine's own verdict is more precise than the tool error it became.
+            (Err(_), Some(engine_error)) => Err(engine_error),
+            (Err(Error::ToolFailed { tool, message, .. }), None) => {
+                Err(Error::ToolFailed { tool, key, message })
+            }
+            (Err(e), None) => Err(e),
+        }
+    }
+
+    fn closest(&self, name: &str) -> Option<String> {
+        self.tools
+            .iter()
+            .map(|t| (edit_distance(name, t.name()), t.name()))
+            .filter(|(d, n)| *d <= (n.len() / 3).max(2))
+            .min()
+            .map(|(_, n)| n.to_owned())
+    }
+
+    /// The registry as an MCP `tools/list` result: `{"tools": [...]}`, each tool's
+    /// idempotency contract under `_meta`.
+    pub fn to_json(&self) -> Value {
+        json!({ "tools": self.tools.iter().map(|t| t.to_mcp_json()).collect::<Vec<_>>() })
+    }
+}
+
+/// Levenshtein distance, for "did you mean" hints on a handful of short names; too small
+/// a job for a dependency.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != *cb))
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}

@@ -1,0 +1,80 @@
+//! The static contract of one tool, as declared by its attribute.
+
+use core::time::Duration;
+
+/// Whether a tool changes the world (and so needs a key) or only reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ToolKind {
+    /// Changes something outside the call: deduplicated by its idempotency key.
+    Mutating,
+    /// Only reads: idempotent by nature, runs every time.
+    ReadOnly,
+}
+
+/// What a duplicate call does while the first is still running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Concurrent {
+    /// Wait for the first call's result and return it (the default).
+    Wait,
+    /// Fail at once with [`Error::InProgress`](crate::Error::InProgress).
+    Reject,
+}
+
+/// What a call does when its key was already used with other non-key arguments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mismatch {
+    /// Fail with [`Error::KeyReused`](crate::Error::KeyReused) naming the differing parameters (the default).
+    Reject,
+    /// Return the stored result anyway.
+    Replay,
+}
+
+/// What a call does when it finds a claim whose lease expired: the worker died mid-call,
+/// so the effect may or may not have happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OnUnknown {
+    /// Fail with [`Error::OutcomeUnknown`](crate::Error::OutcomeUnknown) (the default).
+    Fail,
+    /// Take the claim over and run the body again (at-least-once).
+    Rerun,
+}
+
+/// Where a tool was declared, for error messages and operators.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SourceLocation {
+    /// `module_path!()` of the tool.
+    pub module_path: &'static str,
+    /// `file!()` of the tool.
+    pub file: &'static str,
+    /// `line!()` of the tool's name.
+    pub line: u32,
+    /// `column!()` of the tool's name.
+    pub column: u32,
+}
+
+impl core::fmt::Display for SourceLocation {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}:{}:{}", self.file, self.line, self.column)
+    }
+}
+
+/// The static contract of one tool, built by the attribute macros as a `static`.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct ToolSpec {
+    pub name: &'static str,
+    pub description: &'static str,
+    pub kind: ToolKind,
+    pub key_fields: &'static [&'static str],
+    pub params: &'static [&'static str],
+    pub version: u32,
+    pub ttl: Duration,
+    pub lease: Duration,
+    pub concurrent: Concurrent,
+    pub payload_mismatch: Mismatch,
+    pub on_unknown: OnUnknown,
+    pub cache_errors: bool,
+    pub destructive: bool,
+    pub open_world: bool,
+    pub location: SourceLocation,
+}

@@ -1,0 +1,304 @@
+//! The store conformance suite: every backend runs `run_all` against a fresh store.
+//!
+//! Leases and expiry are real time on every backend (shared backends use the server's
+//! clock), so the suite uses short leases and real sleeps, with margins wide enough for a
+//! loaded 2-core CI machine.
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tool_contracts_runtime::store::{
+    ClaimOutcome, ClaimRequest, Completion, RecordState, Store, StoreError,
+};
+
+/// A fresh prefix per suite run, so suites can share one server.
+pub fn unique(prefix: &str) -> String {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("{prefix}-{}-{nanos}", std::process::id())
+}
+
+fn req<'a>(key: &'a str, lease: Duration) -> ClaimRequest<'a> {
+    ClaimRequest {
+        key,
+        tool: "conformance_tool",
+        scope: Some("tenant-ä"),
+        fingerprint: "note=abc",
+        args: r#"{"note":"x"}"#,
+        lease,
+        ttl: Duration::from_secs(60),
+    }
+}
+
+const LONG: Duration = Duration::from_secs(30);
+
+fn done(result: &str) -> Completion<'_> {
+    Completion {
+        result,
+        is_error: false,
+        ttl: Duration::from_secs(60),
+    }
+}
+
+async fn acquire(store: &dyn Store, r: ClaimRequest<'_>) -> u64 {
+    match store.claim(r).await.expect("claim") {
+        ClaimOutcome::Acquired { token } => token,
+        other => panic!("expected Acquired for {}, got {other:?}", r.key),
+    }
+}
+
+/// Runs every case; `p` prefixes keys so runs on a shared server don't collide.
+pub async fn run_all(store: Arc<dyn Store>, p: &str) {
+    claim_complete_replay(&*store, p).await;
+    concurrent_claims_have_one_winner(Arc::clone(&store), p).await;
+    stale_holder_is_fenced_after_takeover(&*store, p).await;
+    release_frees_the_key_and_tokens_never_repeat(&*store, p).await;
+    renewal_keeps_a_claim_alive(&*store, p).await;
+    expired_claim_is_abandoned_not_free(&*store, p).await;
+    takeover_of_a_live_claim_reports_it(&*store, p).await;
+    expired_results_are_claimable_and_purged(&*store, p).await;
+    large_results_round_trip(&*store, p).await;
+    non_ascii_keys_and_scopes_round_trip(&*store, p).await;
+    error_results_keep_their_flag(&*store, p).await;
+}
+
+pub async fn claim_complete_replay(store: &dyn Store, p: &str) {
+    let key = format!("{p}/replay");
+    let token = acquire(store, req(&key, LONG)).await;
+    match store.claim(req(&key, LONG)).await.unwrap() {
+        ClaimOutcome::InProgress {
+            fingerprint,
+            lease_remaining,
+        } => {
+            assert_eq!(fingerprint, "note=abc");
+            assert!(lease_remaining > Duration::from_secs(20), "{lease_remaining:?}");
+        }
+        other => panic!("expected InProgress, got {other:?}"),
+    }
+    store.complete(&key, token, done("false")).await.unwrap();
+    for _ in 0..3 {
+        match store.claim(req(&key, LONG)).await.unwrap() {
+            ClaimOutcome::Completed(rec) => {
+                assert_eq!(rec.key, key);
+                assert_eq!(rec.tool, "conformance_tool");
+                assert_eq!(rec.scope.as_deref(), Some("tenant-ä"));
+                assert_eq!(rec.fingerprint, "note=abc");
+                assert_eq!(rec.args, r#"{"note":"x"}"#);
+                match rec.state {
+                    RecordState::Completed { result, is_error, .. } => {
+                        assert_eq!(result, "false", "a falsy result is stored as itself");
+                        assert!(!is_error);
+                    }
+                    other => panic!("{other:?}"),
+                }
+            }
+            other => panic!("expected Completed, got {other:?}"),
+        }
+    }
+    // Completing twice is refused: the claim is no longer held.
+    assert_eq!(
+        store.complete(&key, token, done("true")).await,
+        Err(StoreError::LeaseLost { token })
+    );
+    let rec = store.lookup(&key).await.unwrap().expect("record");
+    assert!(matches!(rec.state, RecordState::Completed { ref result, .. } if result == "false"));
+}
+
+pub async fn concurrent_claims_have_one_winner(store: Arc<dyn Store>, p: &str) {
+    let key = format!("{p}/race");
+    let tasks: Vec<_> = (0..32)
+        .map(|_| {
+            let store = Arc::clone(&store);
+            let key = key.clone();
+            tokio::spawn(async move { store.claim(req(&key, LONG)).await })
+        })
+        .collect();
+    let mut winners = 0;
+    for t in tasks {
+        match t.await.unwrap().unwrap() {
+            ClaimOutcome::Acquired { .. } => winners += 1,
+            ClaimOutcome::InProgress { .. } => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(winners, 1, "exactly one of 32 concurrent claims wins");
+}
+
+pub async fn stale_holder_is_fenced_after_takeover(store: &dyn Store, p: &str) {
+    let key = format!("{p}/fence");
+    let stale = acquire(store, req(&key, Duration::from_millis(200))).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let abandoned = match store.claim(req(&key, LONG)).await.unwrap() {
+        ClaimOutcome::Abandoned { token, fingerprint } => {
+            assert_eq!(fingerprint, "note=abc");
+            token
+        }
+        other => panic!("expected Abandoned, got {other:?}"),
+    };
+    assert_eq!(abandoned, stale);
+    let fresh = match store.takeover(req(&key, LONG), stale).await.unwrap() {
+        ClaimOutcome::Acquired { token } => token,
+        other => panic!("expected Acquired on takeover, got {other:?}"),
+    };
+    assert!(fresh > stale, "fencing tokens increase: {fresh} > {stale}");
+    // A second takeover with the same stale token sees the new holder.
+    assert!(matches!(
+        store.takeover(req(&key, LONG), stale).await.unwrap(),
+        ClaimOutcome::InProgress { .. }
+    ));
+    assert_eq!(
+        store.complete(&key, stale, done("1")).await,
+        Err(StoreError::LeaseLost { token: stale })
+    );
+    assert_eq!(store.release(&key, stale).await, Err(StoreError::LeaseLost { token: stale }));
+    assert_eq!(
+        store.renew(&key, stale, LONG).await,
+        Err(StoreError::LeaseLost { token: stale })
+    );
+    store.complete(&key, fresh, done("2")).await.unwrap();
+    match store.claim(req(&key, LONG)).await.unwrap() {
+        ClaimOutcome::Completed(rec) => {
+            assert!(matches!(rec.state, RecordState::Completed { ref result, .. } if result == "2"))
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+pub async fn release_frees_the_key_and_tokens_never_repeat(store: &dyn Store, p: &str) {
+    let key = format!("{p}/release");
+    let first = acquire(store, req(&key, LONG)).await;
+    store.release(&key, first).await.unwrap();
+    let second = acquire(store, req(&key, LONG)).await;
+    assert!(second > first, "a released key's next token is higher: {second} > {first}");
+    assert_eq!(store.release(&key, first).await, Err(StoreError::LeaseLost { token: first }));
+    assert_eq!(
+        store.complete(&key, first, done("0")).await,
+        Err(StoreError::LeaseLost { token: first })
+    );
+    store.release(&key, second).await.unwrap();
+    assert!(store.lookup(&key).await.unwrap().is_none());
+}
+
+pub async fn renewal_keeps_a_claim_alive(store: &dyn Store, p: &str) {
+    let key = format!("{p}/renew");
+    let lease = Duration::from_millis(600);
+    let token = acquire(store, req(&key, lease)).await;
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        store.renew(&key, token, lease).await.unwrap();
+    }
+    // 1 s after the claim, past its first lease: still held thanks to renewals.
+    assert!(matches!(
+        store.claim(req(&key, lease)).await.unwrap(),
+        ClaimOutcome::InProgress { .. }
+    ));
+    store.complete(&key, token, done("\"ok\"")).await.unwrap();
+}
+
+pub async fn expired_claim_is_abandoned_not_free(store: &dyn Store, p: &str) {
+    let key = format!("{p}/abandoned");
+    let token = acquire(store, req(&key, Duration::from_millis(150))).await;
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    for _ in 0..2 {
+        match store.claim(req(&key, LONG)).await.unwrap() {
+            ClaimOutcome::Abandoned { token: t, .. } => assert_eq!(t, token),
+            other => panic!("an expired claim is an unknown outcome, not free: {other:?}"),
+        }
+    }
+    // Renewing after the lease ran out is refused: the holder must notice it lost the key.
+    assert_eq!(
+        store.renew(&key, token, LONG).await,
+        Err(StoreError::LeaseLost { token })
+    );
+}
+
+pub async fn takeover_of_a_live_claim_reports_it(store: &dyn Store, p: &str) {
+    let key = format!("{p}/live-takeover");
+    let token = acquire(store, req(&key, LONG)).await;
+    assert!(matches!(
+        store.takeover(req(&key, LONG), token).await.unwrap(),
+        ClaimOutcome::InProgress { .. }
+    ));
+    store.complete(&key, token, done("3")).await.unwrap();
+    assert!(matches!(
+        store.takeover(req(&key, LONG), token).await.unwrap(),
+        ClaimOutcome::Completed(_)
+    ));
+}
+
+pub async fn expired_results_are_claimable_and_purged(store: &dyn Store, p: &str) {
+    let key = format!("{p}/expiry");
+    let token = acquire(store, req(&key, LONG)).await;
+    let short = Completion {
+        result: "1",
+        is_error: false,
+        ttl: Duration::from_millis(200),
+    };
+    store.complete(&key, token, short).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let purged = store.purge_expired().await.unwrap();
+    assert!(purged >= 1, "purge removed the expired record");
+    assert!(store.lookup(&key).await.unwrap().is_none());
+    let again = acquire(store, req(&key, LONG)).await;
+    assert!(again > token);
+    let short = Completion {
+        result: "1",
+        is_error: false,
+        ttl: Duration::from_millis(200),
+    };
+    store.complete(&key, again, short).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Expired but not yet purged: a claim treats it as absent.
+    let third = acquire(store, req(&key, LONG)).await;
+    store.release(&key, third).await.unwrap();
+}
+
+pub async fn large_results_round_trip(store: &dyn Store, p: &str) {
+    let key = format!("{p}/large");
+    let big = format!("\"{}\"", "é".repeat(512 * 1024)); // 1 MiB of UTF-8
+    let token = acquire(store, req(&key, LONG)).await;
+    store.complete(&key, token, done(&big)).await.unwrap();
+    match store.claim(req(&key, LONG)).await.unwrap() {
+        ClaimOutcome::Completed(rec) => {
+            assert!(matches!(rec.state, RecordState::Completed { ref result, .. } if *result == big))
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+pub async fn non_ascii_keys_and_scopes_round_trip(store: &dyn Store, p: &str) {
+    let key = format!("{p}/ключ-鍵-🔑");
+    let mut r = req(&key, LONG);
+    r.scope = Some("テナント-Zürich");
+    let token = acquire(store, r).await;
+    store.complete(&key, token, done("\"✓\"")).await.unwrap();
+    let rec = store.lookup(&key).await.unwrap().expect("record");
+    assert_eq!(rec.key, key);
+    assert_eq!(rec.scope.as_deref(), Some("テナント-Zürich"));
+    // A key that differs only in the emoji is a different key.
+    let other = format!("{p}/ключ-鍵-🗝");
+    acquire(store, req(&other, LONG)).await;
+}
+
+pub async fn error_results_keep_their_flag(store: &dyn Store, p: &str) {
+    let key = format!("{p}/error");
+    let token = acquire(store, req(&key, LONG)).await;
+    let err = Completion {
+        result: r#"{"Declined":"4242"}"#,
+        is_error: true,
+        ttl: LONG,
+    };
+    store.complete(&key, token, err).await.unwrap();
+    match store.claim(req(&key, LONG)).await.unwrap() {
+        ClaimOutcome::Completed(rec) => assert!(matches!(
+            rec.state,
+            RecordState::Completed { is_error: true, .. }
+        )),
+        other => panic!("{other:?}"),
+    }
+}

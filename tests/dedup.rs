@@ -1,0 +1,613 @@
+//! Behaviour of the dedup engine through `#[mutating_tool]`: each test is named after the
+//! failure it prevents.
+
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tool_contracts::{
+    mutating_tool, read_only_tool, registry, with_scope, with_store, Error, MemoryStore, Store,
+};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Cart {
+    pub id: String,
+    pub items: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Order {
+    pub order_no: usize,
+    pub user_id: u64,
+    pub cart_id: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ShopError {
+    #[error(transparent)]
+    Contract(#[from] Error),
+    #[error("payment declined")]
+    Declined,
+}
+
+impl ShopError {
+    fn contract(self) -> Error {
+        match self {
+            ShopError::Contract(e) => e,
+            other => panic!("expected a contract error, got {other:?}"),
+        }
+    }
+}
+
+fn cart(id: &str) -> Cart {
+    Cart {
+        id: id.to_owned(),
+        items: vec!["book".to_owned()],
+    }
+}
+
+static SEQUENTIAL_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+/// Place an order.
+#[mutating_tool(idempotency_key_fields = [user_id, cart.id])]
+pub async fn sequential_order(user_id: u64, cart: Cart, note: String) -> Result<Order, ShopError> {
+    let _ = note;
+    let n = SEQUENTIAL_RUNS.fetch_add(1, SeqCst);
+    Ok(Order {
+        order_no: n,
+        user_id,
+        cart_id: cart.id,
+    })
+}
+
+#[tokio::test]
+async fn hundred_sequential_retries_run_the_body_once() {
+    with_store(MemoryStore::new(), async {
+        let mut results = Vec::new();
+        for _ in 0..100 {
+            results.push(sequential_order(7, cart("c-1"), "gift".into()).await.unwrap());
+        }
+        assert_eq!(SEQUENTIAL_RUNS.load(SeqCst), 1);
+        assert!(results.iter().all(|r| r == &results[0]));
+    })
+    .await;
+}
+
+static CONCURRENT_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+/// Charge slowly, so that duplicates arrive while the first call runs.
+#[mutating_tool(idempotency_key_fields = [user_id, cart.id])]
+pub async fn concurrent_order(user_id: u64, cart: Cart) -> Result<Order, ShopError> {
+    let n = CONCURRENT_RUNS.fetch_add(1, SeqCst);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    Ok(Order {
+        order_no: n,
+        user_id,
+        cart_id: cart.id,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixty_four_concurrent_calls_run_the_body_once() {
+    let store = Arc::new(MemoryStore::new());
+    let tasks: Vec<_> = (0..64)
+        .map(|_| {
+            let store = Arc::clone(&store);
+            tokio::spawn(with_store(store, concurrent_order(1, cart("c-64"))))
+        })
+        .collect();
+    let mut results = Vec::new();
+    for t in tasks {
+        results.push(t.await.unwrap().unwrap());
+    }
+    assert_eq!(CONCURRENT_RUNS.load(SeqCst), 1);
+    assert_eq!(results.len(), 64);
+    assert!(results.iter().all(|r| r == &results[0]));
+}
+
+static DISTINCT_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+/// One run per intent.
+#[mutating_tool(idempotency_key_fields = [user_id])]
+pub async fn distinct_order(user_id: u64) -> Result<u64, ShopError> {
+    DISTINCT_RUNS.fetch_add(1, SeqCst);
+    Ok(user_id * 2)
+}
+
+#[tokio::test]
+async fn thousand_distinct_intents_run_the_body_a_thousand_times() {
+    with_store(MemoryStore::new(), async {
+        for user in 0..1000u64 {
+            assert_eq!(distinct_order(user).await.unwrap(), user * 2);
+        }
+        for user in 0..1000u64 {
+            assert_eq!(distinct_order(user).await.unwrap(), user * 2);
+        }
+    })
+    .await;
+    assert_eq!(DISTINCT_RUNS.load(SeqCst), 1000);
+}
+
+static FLAKY_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+/// Fails twice, then succeeds.
+#[mutating_tool(idempotency_key_fields = [user_id])]
+pub async fn flaky_charge(user_id: u64) -> Result<String, ShopError> {
+    let n = FLAKY_RUNS.fetch_add(1, SeqCst);
+    if n < 2 {
+        return Err(ShopError::Declined);
+    }
+    Ok(format!("charged {user_id} on attempt {n}"))
+}
+
+#[tokio::test]
+async fn an_error_releases_the_key_so_a_retry_runs_then_success_is_replayed() {
+    with_store(MemoryStore::new(), async {
+        assert!(matches!(flaky_charge(1).await, Err(ShopError::Declined)));
+        assert!(matches!(flaky_charge(1).await, Err(ShopError::Declined)));
+        let ok = flaky_charge(1).await.unwrap();
+        assert_eq!(ok, "charged 1 on attempt 2");
+        assert_eq!(flaky_charge(1).await.unwrap(), ok);
+        assert_eq!(flaky_charge(1).await.unwrap(), ok);
+    })
+    .await;
+    assert_eq!(FLAKY_RUNS.load(SeqCst), 3);
+}
+
+static REUSED_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+/// Note is not part of the key.
+#[mutating_tool(idempotency_key_fields = [user_id, cart.id])]
+pub async fn reused_order(user_id: u64, cart: Cart, note: String) -> Result<String, ShopError> {
+    REUSED_RUNS.fetch_add(1, SeqCst);
+    Ok(format!("{user_id}/{}/{note}", cart.id))
+}
+
+#[tokio::test]
+async fn a_key_reused_with_another_argument_is_rejected_naming_it() {
+    with_store(MemoryStore::new(), async {
+        reused_order(1, cart("c"), "first".into()).await.unwrap();
+        let err = reused_order(1, cart("c"), "second".into())
+            .await
+            .unwrap_err()
+            .contract();
+        match &err {
+            Error::KeyReused { params, tool, .. } => {
+                assert_eq!(params, &vec!["note".to_owned()]);
+                assert_eq!(tool, "reused_order");
+            }
+            other => panic!("expected KeyReused, got {other:?}"),
+        }
+        assert!(err.to_string().contains("`note`"), "{err}");
+        // The whole cart is an argument too: other items under the same cart id differ.
+        let mut other_items = cart("c");
+        other_items.items.push("pen".into());
+        let err = reused_order(1, other_items, "first".into()).await.unwrap_err().contract();
+        assert!(matches!(err, Error::KeyReused { ref params, .. } if params == &["cart"]), "{err}");
+    })
+    .await;
+    assert_eq!(REUSED_RUNS.load(SeqCst), 1);
+}
+
+static SHARED_RUNS: AtomicUsize = AtomicUsize::new(0);
+static SEEN_KEY: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// Direct and registry calls share one key.
+#[mutating_tool(idempotency_key_fields = [user_id, cart.id], version = 2)]
+pub async fn shared_order(user_id: u64, cart: Cart, note: String) -> Result<Order, ShopError> {
+    let _ = note;
+    *SEEN_KEY.lock().unwrap() = tool_contracts::current_key();
+    let n = SHARED_RUNS.fetch_add(1, SeqCst);
+    Ok(Order {
+        order_no: n,
+        user_id,
+        cart_id: cart.id,
+    })
+}
+
+#[tokio::test]
+async fn a_registry_call_and_a_direct_call_of_one_intent_run_the_body_once() {
+    with_store(MemoryStore::new(), async {
+        let direct = shared_order(5, cart("c-5"), "n".into()).await.unwrap();
+        let args = json!({"user_id": 5, "cart": {"id": "c-5", "items": ["book"]}, "note": "n"});
+        let out = registry().call("shared_order", args.clone()).await.unwrap();
+        assert!(out.replayed);
+        assert_eq!(out.value, serde_json::to_value(&direct).unwrap());
+        let descriptor = registry().get("shared_order").unwrap();
+        let key = descriptor.key(&args).unwrap().unwrap();
+        assert_eq!(out.key, key);
+        assert_eq!(SEEN_KEY.lock().unwrap().as_deref(), Some(key.as_str()));
+    })
+    .await;
+    assert_eq!(SHARED_RUNS.load(SeqCst), 1);
+}
+
+static INVALID_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+/// Never reached by invalid arguments.
+#[mutating_tool(idempotency_key_fields = [user_id])]
+pub async fn invalid_order(user_id: u64, cart: Cart) -> Result<String, ShopError> {
+    INVALID_RUNS.fetch_add(1, SeqCst);
+    Ok(format!("{user_id}{}", cart.id))
+}
+
+#[tokio::test]
+async fn invalid_json_arguments_run_nothing_and_claim_nothing() {
+    let store = Arc::new(MemoryStore::new());
+    with_store(Arc::clone(&store), async {
+        let cases = [
+            (json!({"user_id": "seven", "cart": {"id": "c", "items": []}}), Some("user_id")),
+            (json!({"cart": {"id": "c", "items": []}}), None),
+            (json!({"user_id": 1, "cart": {"id": 5, "items": []}}), Some("cart.id")),
+            (json!({"user_id": 1, "cart": {"id": "c", "items": []}, "extra": 1}), None),
+            (json!([1, 2]), None),
+            (json!({"user_id": -1, "cart": {"id": "c", "items": []}}), Some("user_id")),
+        ];
+        for (args, field) in cases {
+            let err = registry().call("invalid_order", args.clone()).await.unwrap_err();
+            match &err {
+                Error::InvalidArguments { field: f, tool, .. } => {
+                    assert_eq!(tool, "invalid_order");
+                    if let Some(field) = field {
+                        assert_eq!(f.as_deref(), Some(field), "{args}: {err}");
+                    }
+                }
+                other => panic!("{args}: expected InvalidArguments, got {other:?}"),
+            }
+        }
+        let err = registry().call("no_such_tool", json!({})).await.unwrap_err();
+        assert!(matches!(err, Error::UnknownTool { .. }), "{err}");
+        let err = registry().call("invalid_ordr", json!({})).await.unwrap_err();
+        assert!(err.to_string().contains("did you mean `invalid_order`"), "{err}");
+    })
+    .await;
+    assert_eq!(INVALID_RUNS.load(SeqCst), 0);
+    assert!(store.is_empty(), "nothing may be claimed: {store:?}");
+}
+
+static EMPTY_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+/// Keys on an optional string and a list.
+#[mutating_tool(idempotency_key_fields = [account, tags])]
+pub async fn empty_intent(account: Option<String>, tags: Vec<String>) -> Result<(), ShopError> {
+    let _ = (account, tags);
+    EMPTY_RUNS.fetch_add(1, SeqCst);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_null_or_empty_key_field_is_rejected_so_calls_never_collapse_onto_one_key() {
+    let store = Arc::new(MemoryStore::new());
+    with_store(Arc::clone(&store), async {
+        for (account, tags) in [
+            (None, vec!["a".to_owned()]),
+            (Some(String::new()), vec!["a".to_owned()]),
+            (Some("acct".to_owned()), vec![]),
+        ] {
+            let err = empty_intent(account, tags).await.unwrap_err().contract();
+            assert!(matches!(err, Error::InvalidArguments { field: Some(_), .. }), "{err}");
+        }
+    })
+    .await;
+    assert_eq!(EMPTY_RUNS.load(SeqCst), 0);
+    assert!(store.is_empty());
+}
+
+macro_rules! falsy_tool {
+    ($name:ident, $ty:ty, $value:expr) => {
+        /// Returns a falsy value.
+        #[mutating_tool(idempotency_key_fields = [id])]
+        pub async fn $name(id: u64) -> Result<$ty, ShopError> {
+            let _ = id;
+            Ok($value)
+        }
+    };
+}
+falsy_tool!(falsy_zero, u32, 0);
+falsy_tool!(falsy_false, bool, false);
+falsy_tool!(falsy_empty_string, String, String::new());
+falsy_tool!(falsy_none, Option<u32>, None);
+falsy_tool!(falsy_unit, (), ());
+falsy_tool!(falsy_empty_vec, Vec<u8>, Vec::new());
+falsy_tool!(falsy_some_zero, Option<u32>, Some(0));
+
+#[tokio::test]
+async fn falsy_results_replay_as_themselves_not_as_null_or_a_default() {
+    with_store(MemoryStore::new(), async {
+        for _ in 0..2 {
+            assert_eq!(falsy_zero(1).await.unwrap(), 0);
+            assert!(!falsy_false(1).await.unwrap());
+            assert_eq!(falsy_empty_string(1).await.unwrap(), "");
+            assert_eq!(falsy_none(1).await.unwrap(), None);
+            falsy_unit(1).await.unwrap();
+            assert_eq!(falsy_empty_vec(1).await.unwrap(), Vec::<u8>::new());
+            assert_eq!(falsy_some_zero(1).await.unwrap(), Some(0));
+        }
+        let out = registry().call("falsy_false", json!({"id": 1})).await.unwrap();
+        assert!(out.replayed);
+        assert_eq!(out.value, json!(false));
+        let out = registry().call("falsy_empty_string", json!({"id": 1})).await.unwrap();
+        assert_eq!(out.value, json!(""));
+    })
+    .await;
+}
+
+static REJECT_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+/// Duplicates are rejected while running.
+#[mutating_tool(idempotency_key_fields = [id], concurrent = "reject")]
+pub async fn rejecting_tool(id: u64) -> Result<u64, ShopError> {
+    REJECT_RUNS.fetch_add(1, SeqCst);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    Ok(id)
+}
+
+#[tokio::test]
+async fn a_duplicate_under_concurrent_reject_gets_in_progress() {
+    with_store(MemoryStore::new(), async {
+        let (first, second) = tokio::join!(rejecting_tool(3), async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            rejecting_tool(3).await
+        });
+        assert_eq!(first.unwrap(), 3);
+        let err = second.unwrap_err().contract();
+        assert!(matches!(err, Error::InProgress { .. }), "{err}");
+        assert_eq!(rejecting_tool(3).await.unwrap(), 3);
+    })
+    .await;
+    assert_eq!(REJECT_RUNS.load(SeqCst), 1);
+}
+
+static ABANDONED_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+/// Hangs forever after its effect: the caller gives up.
+#[mutating_tool(idempotency_key_fields = [id], lease = "1s")]
+pub async fn hanging_transfer(id: u64) -> Result<u64, ShopError> {
+    ABANDONED_RUNS.fetch_add(1, SeqCst);
+    std::future::pending::<()>().await;
+    Ok(id)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_dropped_mid_body_leaves_an_unknown_outcome_not_a_second_effect() {
+    with_store(MemoryStore::new(), async {
+        let first = tokio::time::timeout(Duration::from_millis(100), hanging_transfer(9)).await;
+        assert!(first.is_err(), "the caller timed out");
+        // Within the lease a duplicate waits; after it, the claim counts as abandoned.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let err = hanging_transfer(9).await.unwrap_err().contract();
+        assert!(matches!(err, Error::OutcomeUnknown { .. }), "{err}");
+        assert!(err.to_string().contains("hanging_transfer"));
+    })
+    .await;
+    assert_eq!(ABANDONED_RUNS.load(SeqCst), 1);
+}
+
+static RERUN_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+/// At-least-once tool: an abandoned call is run again.
+#[mutating_tool(idempotency_key_fields = [id], lease = "1s", on_unknown = "rerun")]
+pub async fn rerun_tool(id: u64) -> Result<u64, ShopError> {
+    let n = RERUN_RUNS.fetch_add(1, SeqCst);
+    if n == 0 {
+        std::future::pending::<()>().await;
+    }
+    Ok(id)
+}
+
+#[tokio::test(start_paused = true)]
+async fn on_unknown_rerun_takes_an_abandoned_claim_over() {
+    with_store(MemoryStore::new(), async {
+        let _ = tokio::time::timeout(Duration::from_millis(100), rerun_tool(4)).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(rerun_tool(4).await.unwrap(), 4);
+        assert_eq!(rerun_tool(4).await.unwrap(), 4);
+    })
+    .await;
+    assert_eq!(RERUN_RUNS.load(SeqCst), 2);
+}
+
+static LONG_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+/// Runs for ten leases: the heartbeat must keep the claim alive.
+#[mutating_tool(idempotency_key_fields = [id], lease = "1s")]
+pub async fn long_tool(id: u64) -> Result<u64, ShopError> {
+    LONG_RUNS.fetch_add(1, SeqCst);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    Ok(id + 1)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_body_longer_than_its_lease_is_not_taken_for_dead() {
+    with_store(MemoryStore::new(), async {
+        let (a, b) = tokio::join!(long_tool(1), async {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            long_tool(1).await
+        });
+        assert_eq!(a.unwrap(), 2);
+        assert_eq!(b.unwrap(), 2, "the duplicate waited for the result");
+    })
+    .await;
+    assert_eq!(LONG_RUNS.load(SeqCst), 1);
+}
+
+static PANIC_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+/// Panics after its effect.
+#[mutating_tool(idempotency_key_fields = [id], lease = "1s")]
+pub async fn panicking_tool(id: u64) -> Result<u64, ShopError> {
+    PANIC_RUNS.fetch_add(1, SeqCst);
+    if id > 0 {
+        panic!("boom after the effect");
+    }
+    Ok(id)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_body_leaves_an_unknown_outcome() {
+    let store = Arc::new(MemoryStore::new());
+    let task = tokio::spawn(with_store(Arc::clone(&store), panicking_tool(1)));
+    assert!(task.await.is_err(), "the body panicked");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let err = with_store(store, panicking_tool(1)).await.unwrap_err().contract();
+    assert!(matches!(err, Error::OutcomeUnknown { .. }), "{err}");
+    assert_eq!(PANIC_RUNS.load(SeqCst), 1);
+}
+
+static SCOPED_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+/// Scoped per tenant.
+#[mutating_tool(idempotency_key_fields = [id])]
+pub async fn scoped_tool(id: u64) -> Result<String, ShopError> {
+    let n = SCOPED_RUNS.fetch_add(1, SeqCst);
+    Ok(format!("{id}-{n}"))
+}
+
+#[tokio::test]
+async fn scopes_isolate_tenants() {
+    with_store(MemoryStore::new(), async {
+        let a = with_scope("tenant-a", scoped_tool(1)).await.unwrap();
+        let b = with_scope("tenant-b", scoped_tool(1)).await.unwrap();
+        let unscoped = scoped_tool(1).await.unwrap();
+        assert_ne!(a, b);
+        assert_ne!(a, unscoped);
+        assert_eq!(with_scope("tenant-a", scoped_tool(1)).await.unwrap(), a);
+        // Nesting composes: ("a", "b") is not the scope "a\u{1f}b" typed by a user, which is invalid.
+        let nested = with_scope("tenant-a", with_scope("run-1", scoped_tool(1))).await.unwrap();
+        assert_ne!(nested, a);
+        let bad = with_scope("tenant\u{1f}a", scoped_tool(1)).await.unwrap_err().contract();
+        assert!(matches!(bad, Error::InvalidArguments { .. }), "{bad}");
+        let key_a = with_scope("tenant-a", async {
+            registry().get("scoped_tool").unwrap().key(&json!({"id": 1})).unwrap()
+        })
+        .await;
+        let key_b = with_scope("tenant-b", async {
+            registry().get("scoped_tool").unwrap().key(&json!({"id": 1})).unwrap()
+        })
+        .await;
+        assert_ne!(key_a, key_b);
+    })
+    .await;
+    assert_eq!(SCOPED_RUNS.load(SeqCst), 4);
+}
+
+#[derive(Debug, PartialEq, thiserror::Error, Serialize, Deserialize)]
+pub enum CachedError {
+    #[error("contract: {0}")]
+    Contract(String),
+    #[error("card declined: {0}")]
+    Declined(String),
+}
+
+impl From<Error> for CachedError {
+    fn from(e: Error) -> Self {
+        CachedError::Contract(e.to_string())
+    }
+}
+
+static CACHED_ERR_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+/// A declined card stays declined for this intent.
+#[mutating_tool(idempotency_key_fields = [card], cache_errors = true)]
+pub async fn cached_decline(card: String) -> Result<u64, CachedError> {
+    CACHED_ERR_RUNS.fetch_add(1, SeqCst);
+    Err(CachedError::Declined(card))
+}
+
+#[tokio::test]
+async fn cache_errors_replays_the_stored_error() {
+    with_store(MemoryStore::new(), async {
+        for _ in 0..3 {
+            assert_eq!(
+                cached_decline("4242".into()).await,
+                Err(CachedError::Declined("4242".into()))
+            );
+        }
+    })
+    .await;
+    assert_eq!(CACHED_ERR_RUNS.load(SeqCst), 1);
+}
+
+/// Result type changed since the record was stored.
+#[mutating_tool(idempotency_key_fields = [id])]
+pub async fn retyped_tool(id: u64) -> Result<Order, ShopError> {
+    Ok(Order {
+        order_no: 0,
+        user_id: id,
+        cart_id: String::new(),
+    })
+}
+
+#[tokio::test]
+async fn a_stored_result_that_no_longer_decodes_is_a_codec_error_naming_the_remedy() {
+    use tool_contracts::store::{ClaimOutcome, ClaimRequest, Completion};
+    let store = Arc::new(MemoryStore::new());
+    let key = registry()
+        .get("retyped_tool")
+        .unwrap()
+        .key(&json!({"id": 1}))
+        .unwrap()
+        .unwrap();
+    let req = ClaimRequest {
+        key: &key,
+        tool: "retyped_tool",
+        scope: None,
+        fingerprint: "",
+        args: "{}",
+        lease: Duration::from_secs(30),
+        ttl: Duration::from_secs(60),
+    };
+    let ClaimOutcome::Acquired { token } = store.claim(req).await.unwrap() else {
+        panic!("fresh key");
+    };
+    let old = Completion { result: "\"an old string result\"", is_error: false, ttl: Duration::from_secs(60) };
+    store.complete(&key, token, old).await.unwrap();
+    let err = with_store(store, retyped_tool(1)).await.unwrap_err().contract();
+    match &err {
+        Error::Codec { tool, key: k, message } => {
+            assert_eq!(tool, "retyped_tool");
+            assert_eq!(k, &key);
+            assert!(message.contains("version"), "{message}");
+        }
+        other => panic!("expected Codec, got {other:?}"),
+    }
+}
+
+/// Lists orders: read-only.
+#[read_only_tool]
+pub async fn list_orders(user_id: u64) -> Result<Vec<u64>, ShopError> {
+    Ok(vec![user_id])
+}
+
+#[tokio::test]
+async fn the_registry_holds_exactly_the_declared_tools_in_name_order() {
+    let names: Vec<&str> = registry().iter().map(|t| t.name()).collect();
+    let mut expected = vec![
+        "cached_decline", "concurrent_order", "distinct_order", "empty_intent", "falsy_empty_string",
+        "falsy_empty_vec", "falsy_false", "falsy_none", "falsy_some_zero", "falsy_unit", "falsy_zero",
+        "flaky_charge", "hanging_transfer", "invalid_order", "list_orders", "long_tool",
+        "panicking_tool", "rejecting_tool", "rerun_tool", "retyped_tool", "reused_order",
+        "scoped_tool", "sequential_order", "shared_order",
+    ];
+    expected.sort();
+    assert_eq!(names, expected);
+    let list = registry().to_json();
+    let tools = list["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), expected.len());
+    let shared = tools.iter().find(|t| t["name"] == "shared_order").unwrap();
+    assert_eq!(shared["description"], "Direct and registry calls share one key.");
+    assert_eq!(shared["inputSchema"]["type"], "object");
+    assert_eq!(shared["annotations"]["idempotentHint"], true);
+    assert_eq!(shared["annotations"]["readOnlyHint"], false);
+    let meta = &shared["_meta"]["dev.tool-contracts/idempotency"];
+    assert_eq!(meta["keyFields"], json!(["cart.id", "user_id"]));
+    assert_eq!(meta["version"], 2);
+    let list_orders = tools.iter().find(|t| t["name"] == "list_orders").unwrap();
+    assert_eq!(list_orders["annotations"]["readOnlyHint"], true);
+    let out = registry().call("list_orders", json!({"user_id": 3})).await.unwrap();
+    assert_eq!(out.value, json!([3]));
+    assert!(!out.replayed);
+}
