@@ -99,6 +99,12 @@ impl<T: ?Sized> OutputSchemaProbe<T> {
     }
 }
 
+impl<T: ?Sized> Default for OutputSchemaProbe<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// Chosen when the result type implements `JsonSchema`.
 pub trait OutputSchemaViaJsonSchema {
     /// The schema.

@@ -119,3 +119,20 @@ pub fn current_key_uuid() -> Option<uuid::Uuid> {
 /// in the standard URL namespace, written out so it never depends on a computation.
 pub(crate) const KEY_UUID_NAMESPACE: uuid::Uuid =
     uuid::Uuid::from_u128(0x43e0e3a5_8d85_580b_8ff2_62fd4a344634);
+
+/// This process's worker id for store history: host, pid and a per-process random part
+/// (a restarted process with a reused pid is still another worker).
+pub fn worker_id() -> &'static str {
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        use std::hash::BuildHasher;
+        let host = std::fs::read_to_string("/etc/hostname")
+            .ok()
+            .map(|h| h.trim().to_owned())
+            .filter(|h| !h.is_empty())
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_else(|| "host".to_owned());
+        let nonce = std::hash::RandomState::new().hash_one(std::time::SystemTime::now());
+        format!("{host}-{}-{:08x}", std::process::id(), nonce as u32)
+    })
+}

@@ -183,6 +183,7 @@ impl Call {
             args: &self.args,
             lease: self.spec.lease,
             ttl: self.spec.ttl,
+            worker: ambient::worker_id(),
         }
     }
 

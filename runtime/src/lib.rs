@@ -17,7 +17,9 @@ pub mod store;
 #[doc(hidden)]
 pub mod __private;
 
-pub use ambient::{current_key, current_key_uuid, set_default_store, with_scope, with_store};
+pub use ambient::{
+    current_key, current_key_uuid, set_default_store, with_scope, with_store, worker_id,
+};
 pub use error::Error;
 pub use registry::{registry, try_registry, Registry, ToolDescriptor, ToolOutput, META_PREFIX};
 pub use spec::{Concurrent, Mismatch, OnUnknown, SourceLocation, ToolKind};

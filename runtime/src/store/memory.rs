@@ -12,7 +12,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::{
-    ClaimOutcome, ClaimRequest, Completion, Record, RecordState, Store, StoreError,
+    ClaimOutcome, ClaimRequest, Completion, HistoryEvent, HistoryKind, Record, RecordState,
+    Resolution, Store, StoreError,
 };
 
 /// Shards keep two workers on different keys from contending for one lock.
@@ -23,15 +24,40 @@ const SHARDS: usize = 16;
 /// Leases and expiry use `tokio::time::Instant`, so tests under `tokio::time::pause()`
 /// can move time forward. Waiting duplicates are woken as soon as the holder finishes.
 pub struct MemoryStore {
-    shards: Box<[Mutex<HashMap<Box<str>, Entry>>]>,
+    shards: Box<[Mutex<Shard>]>,
     hasher: RandomState,
     /// Fencing tokens come from one counter, so a token is never reused for a key even
     /// after its record was released or purged.
     next_token: AtomicU64,
 }
 
+#[derive(Default)]
+struct Shard {
+    records: HashMap<Box<str>, Entry>,
+    /// Kept apart from records: a released key has no record but keeps its history.
+    history: HashMap<Box<str>, Vec<HistoryEvent>>,
+}
+
+impl Shard {
+    fn log(&mut self, key: &str, kind: HistoryKind, token: u64, worker: &str) {
+        let event = HistoryEvent {
+            at: SystemTime::now(),
+            kind,
+            token,
+            worker: worker.to_owned(),
+        };
+        match self.history.get_mut(key) {
+            Some(events) => events.push(event),
+            None => {
+                self.history.insert(key.into(), vec![event]);
+            }
+        }
+    }
+}
+
 struct Entry {
     tool: Box<str>,
+    worker: Box<str>,
     scope: Option<Box<str>>,
     fingerprint: Box<str>,
     args: Box<str>,
@@ -69,7 +95,7 @@ impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
         Self {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             hasher: RandomState::new(),
             next_token: AtomicU64::new(1),
         }
@@ -77,7 +103,7 @@ impl MemoryStore {
 
     /// Number of records held (any state, expired ones included until purged).
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| lock(s).len()).sum()
+        self.shards.iter().map(|s| lock(s).records.len()).sum()
     }
 
     /// Whether the store holds no record.
@@ -85,7 +111,7 @@ impl MemoryStore {
         self.len() == 0
     }
 
-    fn shard(&self, key: &str) -> MutexGuard<'_, HashMap<Box<str>, Entry>> {
+    fn shard(&self, key: &str) -> MutexGuard<'_, Shard> {
         let index = (self.hasher.hash_one(key) as usize) % SHARDS;
         lock(&self.shards[index])
     }
@@ -98,6 +124,7 @@ impl MemoryStore {
         let token = self.token();
         let entry = Entry {
             tool: req.tool.into(),
+            worker: req.worker.into(),
             scope: req.scope.map(Into::into),
             fingerprint: req.fingerprint.into(),
             args: req.args.into(),
@@ -198,7 +225,7 @@ impl Store for MemoryStore {
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         let now = Instant::now();
         let mut shard = self.shard(req.key);
-        if let Some(entry) = shard.get(req.key) {
+        if let Some(entry) = shard.records.get(req.key) {
             let expired_result =
                 matches!(entry.state, State::Completed { .. }) && entry.expires_at <= now;
             if !expired_result {
@@ -206,7 +233,8 @@ impl Store for MemoryStore {
             }
         }
         let (token, entry) = self.fresh(&req, now);
-        shard.insert(req.key.into(), entry);
+        shard.records.insert(req.key.into(), entry);
+        shard.log(req.key, HistoryKind::Claimed, token, req.worker);
         Ok(ClaimOutcome::Acquired { token })
     }
 
@@ -217,7 +245,7 @@ impl Store for MemoryStore {
     ) -> Result<ClaimOutcome, StoreError> {
         let now = Instant::now();
         let mut shard = self.shard(req.key);
-        let abandoned = match shard.get(req.key) {
+        let abandoned = match shard.records.get(req.key) {
             Some(entry) => match entry.outcome(req.key, now) {
                 ClaimOutcome::Abandoned { token, .. } if token == stale_token => true,
                 ClaimOutcome::Completed(_) if entry.expires_at <= now => true,
@@ -227,12 +255,16 @@ impl Store for MemoryStore {
         };
         debug_assert!(abandoned);
         let (token, mut entry) = self.fresh(&req, now);
-        if let Some(old) = shard.get(req.key) {
-            // The record keeps its history: first claim time and the original arguments.
-            entry.created_at = old.created_at;
-            wake(&old.state);
-        }
-        shard.insert(req.key.into(), entry);
+        let kind = match shard.records.get(req.key) {
+            Some(old) => {
+                entry.created_at = old.created_at;
+                wake(&old.state);
+                HistoryKind::TakenOver
+            }
+            None => HistoryKind::Claimed,
+        };
+        shard.records.insert(req.key.into(), entry);
+        shard.log(req.key, kind, token, req.worker);
         Ok(ClaimOutcome::Acquired { token })
     }
 
@@ -244,7 +276,7 @@ impl Store for MemoryStore {
     ) -> Result<(), StoreError> {
         let now = Instant::now();
         let mut shard = self.shard(key);
-        match shard.get_mut(key) {
+        match shard.records.get_mut(key) {
             Some(entry) if entry.holds(token) => {
                 let old = core::mem::replace(
                     &mut entry.state,
@@ -256,6 +288,8 @@ impl Store for MemoryStore {
                 );
                 entry.expires_at = now + completion.ttl;
                 wake(&old);
+                let worker = entry.worker.clone();
+                shard.log(key, HistoryKind::Completed, token, &worker);
                 Ok(())
             }
             _ => Err(StoreError::LeaseLost { token }),
@@ -264,11 +298,36 @@ impl Store for MemoryStore {
 
     async fn release(&self, key: &str, token: u64) -> Result<(), StoreError> {
         let mut shard = self.shard(key);
-        match shard.get(key) {
+        match shard.records.get(key) {
             Some(entry) if entry.holds(token) => {
-                if let Some(old) = shard.remove(key) {
+                if let Some(old) = shard.records.remove(key) {
                     wake(&old.state);
+                    shard.log(key, HistoryKind::Released, token, &old.worker);
                 }
+                Ok(())
+            }
+            _ => Err(StoreError::LeaseLost { token }),
+        }
+    }
+
+    async fn abandon(&self, key: &str, token: u64) -> Result<(), StoreError> {
+        let now = Instant::now();
+        let mut shard = self.shard(key);
+        match shard.records.get_mut(key) {
+            Some(Entry {
+                state:
+                    State::InProgress {
+                        token: t,
+                        lease_until,
+                        notify,
+                    },
+                worker,
+                ..
+            }) if *t == token => {
+                *lease_until = now;
+                notify.notify_waiters();
+                let worker = worker.clone();
+                shard.log(key, HistoryKind::Abandoned, token, &worker);
                 Ok(())
             }
             _ => Err(StoreError::LeaseLost { token }),
@@ -278,7 +337,7 @@ impl Store for MemoryStore {
     async fn renew(&self, key: &str, token: u64, lease: Duration) -> Result<(), StoreError> {
         let now = Instant::now();
         let mut shard = self.shard(key);
-        match shard.get_mut(key) {
+        match shard.records.get_mut(key) {
             Some(Entry {
                 state:
                     State::InProgress {
@@ -301,7 +360,67 @@ impl Store for MemoryStore {
 
     async fn lookup(&self, key: &str) -> Result<Option<Record>, StoreError> {
         let now = Instant::now();
-        Ok(self.shard(key).get(key).map(|e| e.record(key, now)))
+        Ok(self.shard(key).records.get(key).map(|e| e.record(key, now)))
+    }
+
+    async fn pending(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
+        let now = Instant::now();
+        let mut pending: Vec<(Instant, Record)> = Vec::new();
+        for shard in self.shards.iter() {
+            let shard = lock(shard);
+            pending.extend(
+                shard
+                    .records
+                    .iter()
+                    .filter(|(_, e)| matches!(e.state, State::InProgress { .. }))
+                    .map(|(k, e)| (e.created_at, e.record(k, now))),
+            );
+        }
+        pending.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.key.cmp(&b.1.key)));
+        Ok(pending.into_iter().take(limit).map(|(_, r)| r).collect())
+    }
+
+    async fn resolve(
+        &self,
+        key: &str,
+        resolution: Resolution<'_>,
+        kind: HistoryKind,
+        worker: &str,
+    ) -> Result<(), StoreError> {
+        let now = Instant::now();
+        let token = self.token();
+        let mut shard = self.shard(key);
+        let Some(entry) = shard.records.get_mut(key) else {
+            return Err(StoreError::NotPending);
+        };
+        if !matches!(entry.state, State::InProgress { .. }) {
+            return Err(StoreError::NotPending);
+        }
+        match resolution {
+            Resolution::Complete { result, ttl } => {
+                let old = core::mem::replace(
+                    &mut entry.state,
+                    State::Completed {
+                        result: result.into(),
+                        is_error: false,
+                        completed_at: now,
+                    },
+                );
+                entry.expires_at = now + ttl;
+                wake(&old);
+            }
+            Resolution::Release => {
+                if let Some(old) = shard.records.remove(key) {
+                    wake(&old.state);
+                }
+            }
+        }
+        shard.log(key, kind, token, worker);
+        Ok(())
+    }
+
+    async fn history(&self, key: &str) -> Result<Vec<HistoryEvent>, StoreError> {
+        Ok(self.shard(key).history.get(key).cloned().unwrap_or_default())
     }
 
     async fn purge_expired(&self) -> Result<u64, StoreError> {
@@ -309,7 +428,8 @@ impl Store for MemoryStore {
         let mut purged = 0u64;
         for shard in self.shards.iter() {
             let mut shard = lock(shard);
-            shard.retain(|_, e| {
+            let Shard { records, history } = &mut *shard;
+            records.retain(|_, e| {
                 let keep = e.expires_at > now;
                 if !keep {
                     wake(&e.state);
@@ -317,6 +437,7 @@ impl Store for MemoryStore {
                 }
                 keep
             });
+            history.retain(|k, _| records.contains_key(k));
         }
         Ok(purged)
     }
@@ -326,7 +447,7 @@ impl Store for MemoryStore {
         // last claim cannot wake nobody: either we see it finished, or we get its wake.
         let armed = {
             let shard = self.shard(key);
-            match shard.get(key) {
+            match shard.records.get(key) {
                 Some(Entry {
                     state: State::InProgress { notify, .. },
                     ..

@@ -12,8 +12,20 @@ use core::time::Duration;
 use std::time::SystemTime;
 
 mod memory;
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "redis")]
+mod redis;
+#[cfg(feature = "sqlite")]
+mod sqlite;
 
 pub use memory::MemoryStore;
+#[cfg(feature = "postgres")]
+pub use postgres::PostgresStore;
+#[cfg(feature = "redis")]
+pub use redis::RedisStore;
+#[cfg(feature = "sqlite")]
+pub use sqlite::SqliteStore;
 
 /// Why a store operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -29,6 +41,9 @@ pub enum StoreError {
     /// The backend could not be reached or failed.
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// [`Store::resolve`] was asked for a key that is completed or absent.
+    #[error("the key is not pending (it is completed or absent); nothing was changed")]
+    NotPending,
     /// The backend answered with something that is not a valid record.
     #[error("store returned a corrupt record: {0}")]
     Corrupt(String),
@@ -51,6 +66,8 @@ pub struct ClaimRequest<'a> {
     pub lease: Duration,
     /// How long the record is kept after it was created or completed.
     pub ttl: Duration,
+    /// Who claims: the process's worker id (host, pid and a random part), for history.
+    pub worker: &'a str,
 }
 
 /// The answer to a claim.
@@ -132,6 +149,81 @@ pub struct Completion<'a> {
     pub ttl: Duration,
 }
 
+/// What an operator decides for a pending key.
+#[derive(Debug, Clone, Copy)]
+pub enum Resolution<'a> {
+    /// The effect happened: store this JSON result, replayed to every later call.
+    Complete {
+        /// JSON text of the result.
+        result: &'a str,
+        /// How long to keep it.
+        ttl: Duration,
+    },
+    /// The effect did not happen: free the key so the next call runs.
+    Release,
+}
+
+/// What happened to a key, in its append-only history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HistoryKind {
+    /// A worker claimed the free key.
+    Claimed,
+    /// The holder stored a result.
+    Completed,
+    /// The holder released the key (its call failed and is retryable).
+    Released,
+    /// The holder gave up its lease at once: its outcome is unknown.
+    Abandoned,
+    /// A worker took over an abandoned claim.
+    TakenOver,
+    /// A reconciliation (`verify`) completed or released an abandoned claim.
+    Reconciled,
+    /// An operator completed or released the key.
+    Resolved,
+}
+
+impl HistoryKind {
+    /// The stable lowercase name stored by backends.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HistoryKind::Claimed => "claimed",
+            HistoryKind::Completed => "completed",
+            HistoryKind::Released => "released",
+            HistoryKind::Abandoned => "abandoned",
+            HistoryKind::TakenOver => "taken_over",
+            HistoryKind::Reconciled => "reconciled",
+            HistoryKind::Resolved => "resolved",
+        }
+    }
+
+    /// Parses [`as_str`](Self::as_str).
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "claimed" => HistoryKind::Claimed,
+            "completed" => HistoryKind::Completed,
+            "released" => HistoryKind::Released,
+            "abandoned" => HistoryKind::Abandoned,
+            "taken_over" => HistoryKind::TakenOver,
+            "reconciled" => HistoryKind::Reconciled,
+            "resolved" => HistoryKind::Resolved,
+            _ => return None,
+        })
+    }
+}
+
+/// One entry of a key's history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryEvent {
+    /// When (the store's clock).
+    pub at: SystemTime,
+    /// What happened.
+    pub kind: HistoryKind,
+    /// The fencing token involved (the new one, for claims and takeovers).
+    pub token: u64,
+    /// The worker (or `operator`) that did it.
+    pub worker: String,
+}
+
 /// A backend for claims and results.
 ///
 /// Every method is atomic with respect to the others for one key. Implementations use
@@ -169,10 +261,31 @@ pub trait Store: Send + Sync + 'static {
     /// else [`StoreError::LeaseLost`].
     async fn renew(&self, key: &str, token: u64, lease: Duration) -> Result<(), StoreError>;
 
+    /// Gives up the holder's lease at once, leaving the claim abandoned (outcome unknown):
+    /// for errors that do not say whether the effect happened. Fenced like `release`.
+    async fn abandon(&self, key: &str, token: u64) -> Result<(), StoreError>;
+
     /// Reads a key's record, if any (expired records included until purged).
     async fn lookup(&self, key: &str) -> Result<Option<Record>, StoreError>;
 
-    /// Deletes records past their expiry; returns how many.
+    /// Records not completed (live or abandoned claims), oldest first, at most `limit`.
+    async fn pending(&self, limit: usize) -> Result<Vec<Record>, StoreError>;
+
+    /// An operator's decision for a key that is not completed. Fences out any holder (its
+    /// token becomes stale). Refused with [`StoreError::NotPending`] if the key is
+    /// completed or absent, so an operator never overwrites a real result.
+    async fn resolve(
+        &self,
+        key: &str,
+        resolution: Resolution<'_>,
+        kind: HistoryKind,
+        worker: &str,
+    ) -> Result<(), StoreError>;
+
+    /// The key's history, oldest first (kept at least as long as its record).
+    async fn history(&self, key: &str) -> Result<Vec<HistoryEvent>, StoreError>;
+
+    /// Deletes records (and their history) past their expiry; returns how many records.
     async fn purge_expired(&self) -> Result<u64, StoreError>;
 
     /// Waits until `key` may have changed state, or `timeout` passes. Used by duplicates
@@ -209,8 +322,26 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     async fn renew(&self, key: &str, token: u64, lease: Duration) -> Result<(), StoreError> {
         (**self).renew(key, token, lease).await
     }
+    async fn abandon(&self, key: &str, token: u64) -> Result<(), StoreError> {
+        (**self).abandon(key, token).await
+    }
     async fn lookup(&self, key: &str) -> Result<Option<Record>, StoreError> {
         (**self).lookup(key).await
+    }
+    async fn pending(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
+        (**self).pending(limit).await
+    }
+    async fn resolve(
+        &self,
+        key: &str,
+        resolution: Resolution<'_>,
+        kind: HistoryKind,
+        worker: &str,
+    ) -> Result<(), StoreError> {
+        (**self).resolve(key, resolution, kind, worker).await
+    }
+    async fn history(&self, key: &str) -> Result<Vec<HistoryEvent>, StoreError> {
+        (**self).history(key).await
     }
     async fn purge_expired(&self) -> Result<u64, StoreError> {
         (**self).purge_expired().await

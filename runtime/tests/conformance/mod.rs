@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tool_contracts_runtime::store::{
-    ClaimOutcome, ClaimRequest, Completion, RecordState, Store, StoreError,
+    ClaimOutcome, ClaimRequest, Completion, HistoryKind, RecordState, Resolution, Store,
+    StoreError,
 };
 
 /// A fresh prefix per suite run, so suites can share one server.
@@ -32,6 +33,7 @@ fn req<'a>(key: &'a str, lease: Duration) -> ClaimRequest<'a> {
         args: r#"{"note":"x"}"#,
         lease,
         ttl: Duration::from_secs(60),
+        worker: "conformance-worker",
     }
 }
 
@@ -65,6 +67,95 @@ pub async fn run_all(store: Arc<dyn Store>, p: &str) {
     large_results_round_trip(&*store, p).await;
     non_ascii_keys_and_scopes_round_trip(&*store, p).await;
     error_results_keep_their_flag(&*store, p).await;
+    abandon_makes_the_outcome_unknown_at_once(&*store, p).await;
+    operators_list_and_resolve_pending_keys(&*store, p).await;
+    history_records_every_transition(&*store, p).await;
+}
+
+pub async fn abandon_makes_the_outcome_unknown_at_once(store: &dyn Store, p: &str) {
+    let key = format!("{p}/abandon-now");
+    let token = acquire(store, req(&key, LONG)).await;
+    store.abandon(&key, token).await.unwrap();
+    assert!(matches!(
+        store.claim(req(&key, LONG)).await.unwrap(),
+        ClaimOutcome::Abandoned { token: t, .. } if t == token
+    ));
+    assert_eq!(
+        store.complete(&key, token + 1_000_000, done("1")).await,
+        Err(StoreError::LeaseLost { token: token + 1_000_000 })
+    );
+}
+
+pub async fn operators_list_and_resolve_pending_keys(store: &dyn Store, p: &str) {
+    let first = format!("{p}/pending-1");
+    let second = format!("{p}/pending-2");
+    let t1 = acquire(store, req(&first, LONG)).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let t2 = acquire(store, req(&second, LONG)).await;
+    let pending = store.pending(100_000).await.unwrap();
+    let ours: Vec<&str> = pending
+        .iter()
+        .map(|r| r.key.as_str())
+        .filter(|k| *k == first || *k == second)
+        .collect();
+    assert_eq!(ours, vec![first.as_str(), second.as_str()], "oldest first");
+    let rec = pending.iter().find(|r| r.key == first).unwrap();
+    assert_eq!(rec.args, r#"{"note":"x"}"#, "arguments kept for reconciliation");
+    assert!(matches!(rec.state, RecordState::InProgress { token, .. } if token == t1));
+
+    let done_result = Resolution::Complete { result: "\"resolved\"", ttl: LONG };
+    store.resolve(&first, done_result, HistoryKind::Resolved, "operator").await.unwrap();
+    assert_eq!(
+        store.complete(&first, t1, done("1")).await,
+        Err(StoreError::LeaseLost { token: t1 }),
+        "the old holder is fenced out by a resolution"
+    );
+    assert!(matches!(
+        store.claim(req(&first, LONG)).await.unwrap(),
+        ClaimOutcome::Completed(ref rec) if matches!(rec.state, RecordState::Completed { ref result, .. } if result == "\"resolved\"")
+    ));
+    assert_eq!(
+        store.resolve(&first, Resolution::Release, HistoryKind::Resolved, "operator").await,
+        Err(StoreError::NotPending),
+        "a completed result is never overwritten by an operator"
+    );
+    store.resolve(&second, Resolution::Release, HistoryKind::Resolved, "operator").await.unwrap();
+    assert_eq!(store.release(&second, t2).await, Err(StoreError::LeaseLost { token: t2 }));
+    let t3 = acquire(store, req(&second, LONG)).await;
+    assert!(t3 > t2);
+    assert_eq!(
+        store.resolve(&format!("{p}/never-claimed"), Resolution::Release, HistoryKind::Resolved, "operator").await,
+        Err(StoreError::NotPending)
+    );
+}
+
+pub async fn history_records_every_transition(store: &dyn Store, p: &str) {
+    let key = format!("{p}/history");
+    let t1 = acquire(store, req(&key, Duration::from_millis(150))).await;
+    store.release(&key, t1).await.unwrap();
+    let t2 = acquire(store, req(&key, Duration::from_millis(150))).await;
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let t3 = match store.takeover(req(&key, LONG), t2).await.unwrap() {
+        ClaimOutcome::Acquired { token } => token,
+        other => panic!("{other:?}"),
+    };
+    store.complete(&key, t3, done("7")).await.unwrap();
+    let history = store.history(&key).await.unwrap();
+    let kinds: Vec<HistoryKind> = history.iter().map(|e| e.kind).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            HistoryKind::Claimed,
+            HistoryKind::Released,
+            HistoryKind::Claimed,
+            HistoryKind::TakenOver,
+            HistoryKind::Completed
+        ]
+    );
+    let tokens: Vec<u64> = history.iter().map(|e| e.token).collect();
+    assert_eq!(tokens, vec![t1, t1, t2, t3, t3]);
+    assert!(history.iter().all(|e| e.worker == "conformance-worker"));
+    assert!(history.windows(2).all(|w| w[0].at <= w[1].at));
 }
 
 pub async fn claim_complete_replay(store: &dyn Store, p: &str) {
