@@ -544,21 +544,27 @@ pub async fn retyped_tool(id: u64) -> Result<Order, ShopError> {
 #[tokio::test]
 async fn a_stored_result_that_no_longer_decodes_is_a_codec_error_naming_the_remedy() {
     use tool_contracts::store::{ClaimOutcome, ClaimRequest, Completion};
-    let store = Arc::new(MemoryStore::new());
     let key = registry()
         .get("retyped_tool")
         .unwrap()
         .key(&json!({"id": 1}))
         .unwrap()
         .unwrap();
+    // A genuine record tells us the fingerprint a call with these arguments stores.
+    let genuine = Arc::new(MemoryStore::new());
+    with_store(Arc::clone(&genuine), retyped_tool(1)).await.unwrap();
+    let fingerprint = genuine.lookup(&key).await.unwrap().unwrap().fingerprint;
+    // An older version of the tool stored a string under the same key.
+    let store = Arc::new(MemoryStore::new());
     let req = ClaimRequest {
         key: &key,
         tool: "retyped_tool",
         scope: None,
-        fingerprint: "",
+        fingerprint: &fingerprint,
         args: "{}",
         lease: Duration::from_secs(30),
         ttl: Duration::from_secs(60),
+        worker: "test",
     };
     let ClaimOutcome::Acquired { token } = store.claim(req).await.unwrap() else {
         panic!("fresh key");

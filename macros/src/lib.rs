@@ -1,0 +1,159 @@
+//! Attribute macros for [`tool-contracts`](https://docs.rs/tool-contracts).
+//! Use them through the facade, `tool_contracts::mutating_tool` and
+//! `tool_contracts::read_only_tool`; this crate is an implementation detail
+//! and its version is pinned by the facade.
+//!
+//! # `#[mutating_tool(...)]`
+//!
+//! ```ignore
+//! /// Place an order for the user's cart.
+//! #[mutating_tool(idempotency_key_fields = [user_id, cart.id])]
+//! async fn create_order(user_id: u64, cart: Cart, note: String, #[context] db: &Db)
+//!     -> Result<Order, ShopError> { /* ... */ }
+//! ```
+//!
+//! The body runs at most once per idempotency key: a retry with the same key
+//! replays the recorded result. The function keeps its signature; its body is
+//! wrapped in an `async move` block handed to the dedup engine, after the key
+//! and the argument fingerprint were computed by reference.
+//!
+//! Options (only `idempotency_key_fields` is required):
+//!
+//! | option | value | default |
+//! | --- | --- | --- |
+//! | `idempotency_key_fields` | `[user_id, cart.id]`: parameters or fields of parameters | required |
+//! | `name` | `"create_order"` (1 to 128 of `A-Za-z0-9_.-`) | the function name |
+//! | `description` | `"..."` | the doc comment |
+//! | `version` | integer `>= 1` | `1` |
+//! | `ttl` | duration such as `"24h"`, `"1h30m"`, `"500ms"` (units `d h m s ms`) | `"24h"` |
+//! | `lease` | duration | `"30s"` |
+//! | `concurrent` | `"wait"` or `"reject"` | `"wait"` |
+//! | `payload_mismatch` | `"reject"` or `"replay"` | `"reject"` |
+//! | `on_unknown` | `"fail"` or `"rerun"` | `"fail"` |
+//! | `cache_errors` | `true` or `false` | `false` |
+//! | `destructive` | flag, or `= true` / `= false` | `false` |
+//! | `open_world` | flag, or `= true` / `= false` | `false` |
+//!
+//! Unknown and duplicate options are errors.
+//!
+//! # `#[read_only_tool(...)]`
+//!
+//! Registers a tool that is never deduplicated (no key). Accepts `name`,
+//! `description` and `open_world`. Its error type must implement `Display`.
+//!
+//! # Rules checked at compile time
+//!
+//! - The function is an `async fn` returning `Result<T, E>` written with both
+//!   parameters (`io::Result<T>` is rejected: the error type must be visible).
+//!   `T: Serialize + DeserializeOwned` (read-only tools: `T: Serialize`),
+//!   `E: From<tool_contracts::Error>` for mutating tools, `E: Display` for
+//!   registered tools, and `E: Serialize + DeserializeOwned` with
+//!   `cache_errors = true`. Missing traits are reported on the type.
+//! - Every key field starts at a parameter that is not `#[context]`; `self`
+//!   is never part of the key; a field may not be listed twice, nor together
+//!   with a path that already contains it. A parameter whose type is a clock
+//!   (`SystemTime`, `Instant`, `DateTime`, ...) cannot be keyed on. Every key
+//!   field must be `Serialize`; the error points at the field in the
+//!   attribute.
+//! - Parameters marked `#[context]` are injected by the registry
+//!   (`Registry::with_context`): they are neither JSON arguments nor part of
+//!   the key. Take them as `&T` or as an owned `T: Clone`; `&mut T` is
+//!   rejected.
+//!
+//! # Free functions and methods
+//!
+//! Free functions are *registered*: they appear in the tool registry, which
+//! decodes their arguments from JSON. So they cannot be generic (no type or
+//! const parameters, no `impl Trait` arguments), and their non-context
+//! parameters must be owned (`String`, not `&str`).
+//!
+//! Methods (any function with a `self` receiver) are deduplicated exactly the
+//! same way but are **not registered**: the registration items are generated
+//! inside the function, and a nested item cannot name `Self`. Methods may be
+//! generic and may borrow their arguments; every non-context argument must
+//! still be `Serialize` (it is fingerprinted). An associated function without
+//! a receiver cannot be told apart from a free function and is not supported.
+//!
+//! # Limitations
+//!
+//! - Types are unknown at macro time: the clock check only sees the type
+//!   written on the parameter, so a dotted key field such as `order.created_at`
+//!   is not checked for being a timestamp.
+//! - Registration goes through `inventory`: a crate that nothing references
+//!   may be dropped by the linker together with its tools (`use my_tools as _;`).
+#![deny(missing_docs)]
+
+extern crate proc_macro;
+
+mod args;
+mod diag;
+mod expand;
+mod fallback;
+mod model;
+mod valid;
+
+use proc_macro::TokenStream;
+
+/// Makes an `async fn` tool safe to call twice: calls with the same
+/// idempotency key run the body once and replay its result. See the crate
+/// documentation for options and rules.
+#[proc_macro_attribute]
+pub fn mutating_tool(attr: TokenStream, item: TokenStream) -> TokenStream {
+    tool(Kind::Mutating, attr.into(), item.into()).into()
+}
+
+/// Registers an `async fn` tool that changes nothing and is never
+/// deduplicated. See the crate documentation for options and rules.
+#[proc_macro_attribute]
+pub fn read_only_tool(attr: TokenStream, item: TokenStream) -> TokenStream {
+    tool(Kind::ReadOnly, attr.into(), item.into()).into()
+}
+
+/// Which attribute is being expanded.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Kind {
+    Mutating,
+    ReadOnly,
+}
+
+impl Kind {
+    pub(crate) fn attr(self) -> &'static str {
+        match self {
+            Kind::Mutating => "mutating_tool",
+            Kind::ReadOnly => "read_only_tool",
+        }
+    }
+}
+
+/// Parse, validate, expand; on any error, the function unchanged plus every
+/// error.
+pub(crate) fn tool(
+    kind: Kind,
+    attr: proc_macro2::TokenStream,
+    item: proc_macro2::TokenStream,
+) -> proc_macro2::TokenStream {
+    let func: syn::ItemFn = match syn::parse2(item.clone()) {
+        Ok(func) => func,
+        Err(_) => {
+            let error = syn::Error::new(
+                proc_macro2::Span::call_site(),
+                format!("`#[{}]` goes on an `async fn` with a body", kind.attr()),
+            );
+            return fallback::not_a_function(item, error);
+        }
+    };
+    let mut errors = diag::Errors::default();
+    let args = args::parse(kind, attr, &mut errors);
+    let model = model::Model::new(&func);
+    match valid::check(kind, &args, &model, &mut errors) {
+        Some(contract) => expand::expand(&contract),
+        None => match errors.into_result() {
+            Err(error) => fallback::emit(&func, error),
+            // `check` returns `None` only with an error; stay total anyway.
+            Ok(()) => fallback::emit(
+                &func,
+                syn::Error::new(proc_macro2::Span::call_site(), "invalid tool"),
+            ),
+        },
+    }
+}

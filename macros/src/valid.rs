@@ -1,0 +1,828 @@
+//! Every semantic rule. Turns the attribute (`args.rs`) and the function
+//! (`model.rs`) into a `Contract` that `expand.rs` can emit without further
+//! checks, or reports every violation at once, each spanned at the token the
+//! user must change.
+
+use crate::args::{bracket_span, Args, Flag, KeyField, Opt};
+use crate::diag::{backticked, closest, type_to_string, Errors};
+use crate::model::{Model, Param};
+use crate::Kind;
+use proc_macro2::{Span, TokenStream, TokenTree};
+use quote::ToTokens;
+use syn::ext::IdentExt;
+use syn::{GenericArgument, Ident, LitStr, PathArguments, ReturnType, Type};
+
+/// Default time a completed call's record is kept (24h).
+pub(crate) const DEFAULT_TTL_MS: u64 = 24 * 60 * 60 * 1000;
+/// Default lease a running call holds before another caller may take over (30s).
+pub(crate) const DEFAULT_LEASE_MS: u64 = 30 * 1000;
+
+/// Type names that denote a point in time; keying on one defeats the point of
+/// a key.
+const CLOCK_TYPES: &[&str] = &[
+    "SystemTime",
+    "Instant",
+    "DateTime",
+    "NaiveDateTime",
+    "NaiveTime",
+    "OffsetDateTime",
+    "PrimitiveDateTime",
+    "UtcDateTime",
+    "Timestamp",
+    "Zoned",
+];
+
+const DURATION_HINT: &str = r#"write a duration like "30s", "15m", "24h" or "1h30m""#;
+const NAME_RULE: &str =
+    "tool names are 1 to 128 characters from `A-Z`, `a-z`, `0-9`, `_`, `-` and `.`";
+
+/// A checked tool: everything `expand.rs` needs, already validated.
+pub(crate) struct Contract<'a> {
+    pub kind: Kind,
+    pub model: &'a Model<'a>,
+    pub name: String,
+    pub description: String,
+    pub version: u32,
+    pub ttl_ms: u64,
+    pub lease_ms: u64,
+    /// Variant names of the runtime enums (`Wait`, `Reject`, ...).
+    pub concurrent: &'static str,
+    pub payload_mismatch: &'static str,
+    pub on_unknown: &'static str,
+    pub cache_errors: bool,
+    pub destructive: bool,
+    pub open_world: bool,
+    /// Sorted in JCS order (UTF-16 code units of the path).
+    pub key_fields: Vec<&'a KeyField>,
+    pub params: Vec<ToolParam<'a>>,
+    /// The whole return type, `Result<T, E>`.
+    pub ret: &'a Type,
+    pub ok: &'a Type,
+    pub err: &'a Type,
+}
+
+impl Contract<'_> {
+    /// Free functions are registered; methods are not (a nested item cannot
+    /// name `Self`).
+    pub(crate) fn registered(&self) -> bool {
+        !self.model.is_method()
+    }
+}
+
+/// A parameter whose pattern is a plain name.
+pub(crate) struct ToolParam<'a> {
+    pub ident: &'a Ident,
+    pub ty: &'a Type,
+    pub context: Option<Context<'a>>,
+}
+
+impl ToolParam<'_> {
+    /// The JSON argument name.
+    pub(crate) fn json_name(&self) -> String {
+        self.ident.unraw().to_string()
+    }
+}
+
+/// How a `#[context]` parameter is injected.
+pub(crate) enum Context<'a> {
+    /// `&T`: `Context::get::<T>`.
+    Borrowed(&'a Type),
+    /// `T`: `Context::get_cloned::<T>`.
+    Owned,
+}
+
+/// Checks everything. `errors` may already hold syntax errors from `args.rs`;
+/// `None` is returned when there is any error at all.
+pub(crate) fn check<'a>(
+    kind: Kind,
+    args: &'a Args,
+    model: &'a Model<'a>,
+    errors: &mut Errors,
+) -> Option<Contract<'a>> {
+    let func = model.func;
+    let sig = &func.sig;
+    let attr = kind.attr();
+    let registered = !model.is_method();
+
+    if sig.asyncness.is_none() {
+        errors.push(syn::Error::new(
+            sig.fn_token.span,
+            format!(
+                "`#[{attr}]` needs an `async fn`: write `async fn {}(...)`; synchronous tools are not supported",
+                sig.ident
+            ),
+        ));
+    }
+    if registered {
+        if let Some(unsafety) = &sig.unsafety {
+            errors.push(syn::Error::new(
+                unsafety.span,
+                "registered tools cannot be `unsafe fn`: the registry calls them with arguments decoded from JSON",
+            ));
+        }
+    }
+    for other in &func.attrs {
+        let last = other.path().segments.last().map(|s| s.ident.to_string());
+        if matches!(last.as_deref(), Some("mutating_tool" | "read_only_tool")) {
+            errors.push(syn::Error::new_spanned(
+                other,
+                "a function can carry only one `#[mutating_tool]` or `#[read_only_tool]` attribute",
+            ));
+        }
+    }
+
+    check_options_apply(kind, args, errors);
+    let name = tool_name(args, model, errors);
+    let description = match &args.description {
+        Some(opt) => opt.value.value(),
+        None => model.doc(),
+    };
+    let version = args.version.as_ref().map_or(1, |opt| version(opt, errors));
+    let ttl_ms = args
+        .ttl
+        .as_ref()
+        .map_or(DEFAULT_TTL_MS, |opt| duration(opt, errors));
+    let lease_ms = args
+        .lease
+        .as_ref()
+        .map_or(DEFAULT_LEASE_MS, |opt| duration(opt, errors));
+    let concurrent = choice(&args.concurrent, &[("wait", "Wait"), ("reject", "Reject")], errors);
+    let payload_mismatch = choice(
+        &args.payload_mismatch,
+        &[("reject", "Reject"), ("replay", "Replay")],
+        errors,
+    );
+    let on_unknown = choice(&args.on_unknown, &[("fail", "Fail"), ("rerun", "Rerun")], errors);
+    let flag = |opt: &Option<Opt<Flag>>| opt.as_ref().is_some_and(|o| o.value.value);
+
+    check_generics(model, errors);
+    if let Some(receiver) = model.receiver {
+        for a in receiver.attrs.iter().filter(|a| crate::model::is_context(a)) {
+            errors.push(syn::Error::new_spanned(
+                a,
+                "`#[context]` marks injected parameters; the receiver cannot be one",
+            ));
+        }
+    }
+    let params = check_params(model, errors);
+    let result = return_type(kind, model, errors);
+
+    let key_fields = match kind {
+        Kind::Mutating => check_key_fields(args, model, errors),
+        Kind::ReadOnly => Vec::new(),
+    };
+
+    if !errors.is_empty() {
+        return None;
+    }
+    let (ret, ok, err) = result?;
+    Some(Contract {
+        kind,
+        model,
+        name,
+        description,
+        version,
+        ttl_ms,
+        lease_ms,
+        concurrent,
+        payload_mismatch,
+        on_unknown,
+        cache_errors: flag(&args.cache_errors),
+        destructive: flag(&args.destructive),
+        open_world: flag(&args.open_world),
+        key_fields,
+        params: params?,
+        ret,
+        ok,
+        err,
+    })
+}
+
+/// `#[read_only_tool]` accepts only `name`, `description` and `open_world`.
+fn check_options_apply(kind: Kind, args: &Args, errors: &mut Errors) {
+    if kind != Kind::ReadOnly {
+        return;
+    }
+    if let Some(opt) = &args.key_fields {
+        errors.push(syn::Error::new(
+            opt.kw.span(),
+            "read-only tools need no key: they run on every call and are never deduplicated; \
+             remove `idempotency_key_fields`, or use `#[mutating_tool]` if this tool changes anything",
+        ));
+    }
+    let mutating_only = [
+        args.version.as_ref().map(|o| &o.kw),
+        args.ttl.as_ref().map(|o| &o.kw),
+        args.lease.as_ref().map(|o| &o.kw),
+        args.concurrent.as_ref().map(|o| &o.kw),
+        args.payload_mismatch.as_ref().map(|o| &o.kw),
+        args.on_unknown.as_ref().map(|o| &o.kw),
+        args.cache_errors.as_ref().map(|o| &o.kw),
+        args.destructive.as_ref().map(|o| &o.kw),
+    ];
+    for kw in mutating_only.into_iter().flatten() {
+        errors.push(syn::Error::new(
+            kw.span(),
+            format!(
+                "`{kw}` does not apply to `#[read_only_tool]`: read-only tools are never deduplicated; \
+                 valid options are {} (use `#[mutating_tool]` if this tool changes anything)",
+                backticked(crate::args::READ_ONLY_OPTIONS.iter().copied())
+            ),
+        ));
+    }
+}
+
+/// `^[A-Za-z0-9_.-]{1,128}$`, the MCP tool-name rule.
+pub(crate) fn valid_tool_name(name: &str) -> bool {
+    (1..=128).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+fn tool_name(args: &Args, model: &Model, errors: &mut Errors) -> String {
+    if let Some(opt) = &args.name {
+        let name = opt.value.value();
+        if !valid_tool_name(&name) {
+            errors.push(syn::Error::new(
+                opt.value.span(),
+                format!("invalid tool name {name:?}: {NAME_RULE}"),
+            ));
+        }
+        return name;
+    }
+    let ident = &model.func.sig.ident;
+    let name = ident.unraw().to_string();
+    if !valid_tool_name(&name) {
+        errors.push(syn::Error::new(
+            ident.span(),
+            format!(
+                "the tool name defaults to the function name {name:?}, which is not a valid tool name \
+                 ({NAME_RULE}): set one with `name = \"...\"`"
+            ),
+        ));
+    }
+    name
+}
+
+fn version(opt: &Opt<syn::LitInt>, errors: &mut Errors) -> u32 {
+    let lit = &opt.value;
+    let suffix_ok = matches!(lit.suffix(), "" | "u32");
+    match lit.base10_parse::<u32>() {
+        Ok(v) if v >= 1 && suffix_ok => v,
+        _ => {
+            errors.push(syn::Error::new(
+                lit.span(),
+                "`version` is a schema version: an integer from 1 to 4294967295, like `version = 2`",
+            ));
+            1
+        }
+    }
+}
+
+/// Parses `<digits><unit>` groups (units `d`, `h`, `m`, `s`, `ms`, each at
+/// most once, largest first) into milliseconds.
+pub(crate) fn parse_duration(text: &str) -> Result<u64, &'static str> {
+    const UNITS: &[(&str, u64)] = &[
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("ms", 1),
+        ("m", 60_000),
+        ("s", 1_000),
+    ];
+    fn rank(unit: &str) -> usize {
+        ["d", "h", "m", "s", "ms"]
+            .iter()
+            .position(|u| *u == unit)
+            .unwrap_or(usize::MAX)
+    }
+    if text.is_empty() {
+        return Err("malformed");
+    }
+    let mut rest = text;
+    let mut total: u64 = 0;
+    let mut last_rank: Option<usize> = None;
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return Err("malformed");
+        }
+        let (number, tail) = rest.split_at(digits);
+        let Some((unit, factor)) = UNITS.iter().find(|(u, _)| tail.starts_with(u)) else {
+            return Err("malformed");
+        };
+        let r = rank(unit);
+        if last_rank.is_some_and(|last| r <= last) {
+            return Err("malformed");
+        }
+        last_rank = Some(r);
+        let n: u64 = number.parse().map_err(|_| "too large")?;
+        total = n
+            .checked_mul(*factor)
+            .and_then(|ms| total.checked_add(ms))
+            .ok_or("too large")?;
+        rest = &tail[unit.len()..];
+    }
+    if total == 0 {
+        return Err("zero");
+    }
+    Ok(total)
+}
+
+fn duration(opt: &Opt<LitStr>, errors: &mut Errors) -> u64 {
+    let text = opt.value.value();
+    let kw = &opt.kw;
+    match parse_duration(&text) {
+        Ok(ms) => ms,
+        Err(problem) => {
+            let message = match problem {
+                "zero" => format!("`{kw}` must be longer than zero: {DURATION_HINT}"),
+                "too large" => format!("`{kw}` = {text:?} is too large: {DURATION_HINT}"),
+                _ => format!("`{kw}` = {text:?} is not a duration: {DURATION_HINT}"),
+            };
+            errors.push(syn::Error::new(opt.value.span(), message));
+            1
+        }
+    }
+}
+
+/// A string option with a closed set of values; returns the runtime variant.
+fn choice(
+    opt: &Option<Opt<LitStr>>,
+    values: &[(&str, &'static str)],
+    errors: &mut Errors,
+) -> &'static str {
+    let Some(opt) = opt else {
+        return values[0].1;
+    };
+    let written = opt.value.value();
+    if let Some((_, variant)) = values.iter().find(|(v, _)| *v == written) {
+        return variant;
+    }
+    let list = values
+        .iter()
+        .map(|(v, _)| format!("\"{v}\""))
+        .collect::<Vec<_>>()
+        .join(" or ");
+    errors.push(syn::Error::new(
+        opt.value.span(),
+        format!("`{}` must be {list}, not {written:?}", opt.kw),
+    ));
+    values[0].1
+}
+
+/// Registered tools are called with arguments decoded from JSON, so nothing
+/// about their types can be left for the caller to choose.
+fn check_generics(model: &Model, errors: &mut Errors) {
+    if model.is_method() {
+        return;
+    }
+    const WHY: &str = "the registry calls them with arguments decoded from JSON, so every type must be concrete \
+                       (methods may be generic, but they are not registered)";
+    for param in &model.func.sig.generics.params {
+        match param {
+            syn::GenericParam::Type(t) => errors.push(syn::Error::new_spanned(
+                t,
+                format!("registered tools cannot be generic: `{}` cannot be chosen by a JSON call; {WHY}", t.ident),
+            )),
+            syn::GenericParam::Const(c) => errors.push(syn::Error::new_spanned(
+                c,
+                format!("registered tools cannot be generic: `{}` cannot be chosen by a JSON call; {WHY}", c.ident),
+            )),
+            syn::GenericParam::Lifetime(_) => {}
+        }
+    }
+    for param in &model.params {
+        if let Some(imp) = find_impl_trait(param.ty) {
+            errors.push(syn::Error::new_spanned(
+                imp,
+                format!(
+                    "registered tools cannot be generic: `{}` is a hidden type parameter; take a concrete type; {WHY}",
+                    type_to_string(imp)
+                ),
+            ));
+        }
+    }
+}
+
+/// The first `impl Trait` inside a type, if any.
+fn find_impl_trait(ty: &Type) -> Option<&Type> {
+    match ty {
+        Type::ImplTrait(_) => Some(ty),
+        Type::Reference(r) => find_impl_trait(&r.elem),
+        Type::Slice(s) => find_impl_trait(&s.elem),
+        Type::Array(a) => find_impl_trait(&a.elem),
+        Type::Ptr(p) => find_impl_trait(&p.elem),
+        Type::Paren(p) => find_impl_trait(&p.elem),
+        Type::Group(g) => find_impl_trait(&g.elem),
+        Type::Tuple(t) => t.elems.iter().find_map(find_impl_trait),
+        Type::Path(p) => p.path.segments.iter().find_map(|seg| match &seg.arguments {
+            PathArguments::AngleBracketed(a) => a.args.iter().find_map(|arg| match arg {
+                GenericArgument::Type(t) => find_impl_trait(t),
+                _ => None,
+            }),
+            _ => None,
+        }),
+        _ => None,
+    }
+}
+
+/// Whether a type borrows: contains a reference or a lifetime other than
+/// `'static` (token scan, so nothing is missed).
+fn borrows(ty: &Type) -> bool {
+    fn scan(tokens: TokenStream) -> bool {
+        let mut tokens = tokens.into_iter().peekable();
+        while let Some(tt) = tokens.next() {
+            match tt {
+                TokenTree::Punct(p) if p.as_char() == '&' => return true,
+                TokenTree::Punct(p) if p.as_char() == '\'' => {
+                    if let Some(TokenTree::Ident(i)) = tokens.peek() {
+                        if i != "static" {
+                            return true;
+                        }
+                    }
+                }
+                TokenTree::Group(g) if scan(g.stream()) => return true,
+                _ => {}
+            }
+        }
+        false
+    }
+    scan(ty.to_token_stream())
+}
+
+/// The owned type to suggest for a borrowed one: `&str` → `String`,
+/// `&[T]` → `Vec<T>`, `&T` → `T`, recursively.
+pub(crate) fn owned_suggestion(ty: &Type) -> String {
+    match ty {
+        Type::Reference(r) => match &*r.elem {
+            Type::Path(p) if p.qself.is_none() && p.path.segments.len() == 1 => {
+                let ident = p.path.segments[0].ident.to_string();
+                match ident.as_str() {
+                    "str" => "String".to_owned(),
+                    "Path" => "PathBuf".to_owned(),
+                    "OsStr" => "OsString".to_owned(),
+                    "CStr" => "CString".to_owned(),
+                    _ => owned_suggestion(&r.elem),
+                }
+            }
+            Type::Slice(s) => format!("Vec<{}>", owned_suggestion(&s.elem)),
+            Type::TraitObject(_) => format!("Box<{}>", type_to_string(&r.elem)),
+            elem => owned_suggestion(elem),
+        },
+        Type::Path(p) if p.qself.is_none() => {
+            let mut p = p.clone();
+            for seg in &mut p.path.segments {
+                if let PathArguments::AngleBracketed(a) = &mut seg.arguments {
+                    for arg in &mut a.args {
+                        match arg {
+                            GenericArgument::Type(t) => {
+                                let owned = owned_suggestion(t);
+                                *t = Type::Verbatim(owned.parse().unwrap_or_else(|_| t.to_token_stream()));
+                            }
+                            GenericArgument::Lifetime(lt) => {
+                                lt.ident = Ident::new("static", lt.ident.span());
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+            }
+            type_to_string(&Type::Path(p))
+        }
+        Type::Slice(s) => format!("[{}]", owned_suggestion(&s.elem)),
+        Type::Array(a) => format!(
+            "[{}; {}]",
+            owned_suggestion(&a.elem),
+            a.len.to_token_stream()
+        ),
+        Type::Tuple(t) => {
+            let elems: Vec<String> = t.elems.iter().map(owned_suggestion).collect();
+            if elems.len() == 1 {
+                format!("({},)", elems[0])
+            } else {
+                format!("({})", elems.join(", "))
+            }
+        }
+        Type::Paren(p) => format!("({})", owned_suggestion(&p.elem)),
+        Type::Group(g) => owned_suggestion(&g.elem),
+        other => type_to_string(other),
+    }
+}
+
+fn check_params<'a>(model: &'a Model<'a>, errors: &mut Errors) -> Option<Vec<ToolParam<'a>>> {
+    let registered = !model.is_method();
+    let mut out = Vec::new();
+    let mut ok = true;
+    for param in &model.params {
+        ok &= check_param_attrs(param, errors);
+        let Some(ident) = param.ident else {
+            errors.push(syn::Error::new_spanned(
+                &param.arg.pat,
+                "tool parameters must be plain names (the name is the JSON argument name): \
+                 bind the whole value, like `pair: (u64, u64)`, and destructure it in the body",
+            ));
+            ok = false;
+            continue;
+        };
+        let context = if param.is_context() {
+            match param.ty {
+                Type::Reference(r) if r.mutability.is_some() => {
+                    errors.push(syn::Error::new_spanned(
+                        param.ty,
+                        format!(
+                            "context values are shared by every call: take `&{}` (or an owned clone) instead of `{}`",
+                            type_to_string(&r.elem),
+                            type_to_string(param.ty)
+                        ),
+                    ));
+                    ok = false;
+                    None
+                }
+                Type::Reference(r) => Some(Context::Borrowed(&r.elem)),
+                _ => Some(Context::Owned),
+            }
+        } else {
+            if registered && borrows(param.ty) {
+                let message = if matches!(param.ty, Type::Reference(_)) || has_reference(param.ty) {
+                    format!(
+                        "registered tools take owned arguments decoded from JSON; write `{}` instead of `{}` \
+                         (or mark the parameter `#[context]` if the registry injects it)",
+                        owned_suggestion(param.ty),
+                        type_to_string(param.ty)
+                    )
+                } else {
+                    format!(
+                        "registered tools take owned arguments decoded from JSON; `{}` borrows: write `{}` instead",
+                        type_to_string(param.ty),
+                        owned_suggestion(param.ty)
+                    )
+                };
+                errors.push(syn::Error::new_spanned(param.ty, message));
+                ok = false;
+            }
+            None
+        };
+        out.push(ToolParam {
+            ident,
+            ty: param.ty,
+            context,
+        });
+    }
+    ok.then_some(out)
+}
+
+fn has_reference(ty: &Type) -> bool {
+    ty.to_token_stream().to_string().contains('&')
+}
+
+/// `#[context]` takes no arguments and appears at most once; `#[cfg]` on a
+/// tool parameter would leave the generated code naming a missing binding.
+fn check_param_attrs(param: &Param, errors: &mut Errors) -> bool {
+    let mut ok = true;
+    for (i, attr) in param.context.iter().enumerate() {
+        if !matches!(attr.meta, syn::Meta::Path(_)) {
+            errors.push(syn::Error::new_spanned(
+                &attr.meta,
+                "`#[context]` takes no arguments: write `#[context]`",
+            ));
+            ok = false;
+        }
+        if i > 0 {
+            errors.push(syn::Error::new_spanned(attr, "duplicate `#[context]`"));
+            ok = false;
+        }
+    }
+    for attr in &param.arg.attrs {
+        if attr.path().is_ident("cfg") || attr.path().is_ident("cfg_attr") {
+            errors.push(syn::Error::new_spanned(
+                attr,
+                "tool parameters cannot be conditional: a tool's arguments are part of its contract",
+            ));
+            ok = false;
+        }
+    }
+    ok
+}
+
+/// `Result<T, E>` with both parameters written out.
+fn return_type<'a>(
+    kind: Kind,
+    model: &'a Model<'a>,
+    errors: &mut Errors,
+) -> Option<(&'a Type, &'a Type, &'a Type)> {
+    let sig = &model.func.sig;
+    let attr = kind.attr();
+    let bound = match kind {
+        Kind::Mutating => "E: From<tool_contracts::Error>",
+        Kind::ReadOnly => "E: Display",
+    };
+    let ty = match &sig.output {
+        ReturnType::Type(_, ty) => &**ty,
+        ReturnType::Default => {
+            errors.push(syn::Error::new(
+                sig.paren_token.span.close(),
+                format!("`#[{attr}]` needs a return type `Result<T, E>` where {bound}: write `-> Result<T, E>`"),
+            ));
+            return None;
+        }
+    };
+    let found = match ty {
+        Type::Path(p) if p.qself.is_none() => p.path.segments.last().and_then(|seg| {
+            if seg.ident != "Result" {
+                return None;
+            }
+            match &seg.arguments {
+                PathArguments::AngleBracketed(a) => Some(a),
+                _ => None,
+            }
+        }),
+        _ => None,
+    };
+    let types: Vec<&Type> = found
+        .map(|a| {
+            a.args
+                .iter()
+                .filter_map(|arg| match arg {
+                    GenericArgument::Type(t) => Some(t),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let all_types = found.is_some_and(|a| a.args.len() == types.len());
+    if !(all_types && types.len() == 2) {
+        let message = if all_types && types.len() == 1 {
+            format!(
+                "`{}` hides the error type: `#[{attr}]` needs the return type written as `Result<{}, E>` where {bound}",
+                type_to_string(ty),
+                type_to_string(types[0])
+            )
+        } else {
+            format!(
+                "`#[{attr}]` needs the return type `Result<T, E>` where {bound}: write `-> Result<{}, E>`",
+                type_to_string(ty)
+            )
+        };
+        errors.push(syn::Error::new_spanned(ty, message));
+        return None;
+    }
+    let (ok, err) = (types[0], types[1]);
+    let mut fine = true;
+    for t in [ok, err] {
+        if let Some(imp) = find_impl_trait(t) {
+            errors.push(syn::Error::new_spanned(
+                imp,
+                "tools must name their output and error types: write a concrete type instead of `impl Trait`",
+            ));
+            fine = false;
+        }
+    }
+    fine.then_some((ty, ok, err))
+}
+
+fn check_key_fields<'a>(
+    args: &'a Args,
+    model: &'a Model<'a>,
+    errors: &mut Errors,
+) -> Vec<&'a KeyField> {
+    let json_params: Vec<String> = model
+        .params
+        .iter()
+        .filter(|p| !p.is_context())
+        .filter_map(|p| p.ident.map(|i| i.unraw().to_string()))
+        .collect();
+    let Some(opt) = &args.key_fields else {
+        let example = json_params.first().map_or("order_id", String::as_str);
+        errors.push(syn::Error::new(
+            Span::call_site(),
+            format!(
+                "`#[mutating_tool]` needs `idempotency_key_fields`: list the arguments that identify one intended \
+                 operation, e.g. `#[mutating_tool(idempotency_key_fields = [{example}])]`"
+            ),
+        ));
+        return Vec::new();
+    };
+    let fields = &opt.value.fields;
+    if fields.is_empty() {
+        let example = json_params.first().map_or("order_id", String::as_str);
+        errors.push(syn::Error::new(
+            bracket_span(&opt.value),
+            format!(
+                "`idempotency_key_fields` is empty: a key with no fields would make every call look like a retry \
+                 of the first; list at least one argument, e.g. `[{example}]`"
+            ),
+        ));
+        return Vec::new();
+    }
+    let mut accepted: Vec<(&KeyField, String)> = Vec::new();
+    for field in fields {
+        let path = field.path();
+        let root = field.root.unraw().to_string();
+        if root == "self" {
+            errors.push(syn::Error::new_spanned(
+                &field.tokens,
+                "`self` is never part of the key: the key says which operation the caller intends, so list \
+                 arguments that identify it (an order id, a cart id, a client-supplied request id)",
+            ));
+            continue;
+        }
+        let Some(param) = model
+            .params
+            .iter()
+            .find(|p| p.ident.is_some_and(|i| i.unraw() == root))
+        else {
+            let suggestion = closest(&root, json_params.iter().map(String::as_str))
+                .map(|best| format!("did you mean `{best}`? "))
+                .unwrap_or_default();
+            let message = if json_params.is_empty() {
+                format!("no parameter named `{root}`; this function has no arguments that can be part of the key")
+            } else {
+                let sep = if suggestion.is_empty() { "; " } else { "; " };
+                let params = backticked(json_params.iter().map(String::as_str));
+                if suggestion.is_empty() {
+                    format!("no parameter named `{root}`{sep}parameters are {params}")
+                } else {
+                    format!("no parameter named `{root}`{sep}{suggestion}Parameters are {params}")
+                }
+            };
+            errors.push(syn::Error::new_spanned(&field.root, message));
+            continue;
+        };
+        if param.is_context() {
+            errors.push(syn::Error::new_spanned(
+                &field.tokens,
+                format!(
+                    "`{root}` is a `#[context]` parameter: it is injected by the registry, not sent by the caller, \
+                     so it cannot be part of the key; key on the tool's arguments"
+                ),
+            ));
+            continue;
+        }
+        if let Some(clock) = clock_type(param.ty) {
+            errors.push(syn::Error::new_spanned(
+                &field.tokens,
+                format!(
+                    "`{root}` is a `{clock}`: a key derived from time differs on every retry, which defeats the point \
+                     of a key; key on the caller's intent (an order id, a cart id, a client-supplied request id)"
+                ),
+            ));
+            continue;
+        }
+        if accepted.iter().any(|(_, p)| *p == path) {
+            errors.push(syn::Error::new_spanned(
+                &field.tokens,
+                format!("`{path}` is listed twice in `idempotency_key_fields`; remove this one"),
+            ));
+            continue;
+        }
+        if let Some((_, wider)) = accepted.iter().find(|(_, p)| covers(p, &path) || covers(&path, p)) {
+            let (narrow, wide) = if covers(wider, &path) {
+                (path.clone(), wider.clone())
+            } else {
+                (wider.clone(), path.clone())
+            };
+            errors.push(syn::Error::new_spanned(
+                &field.tokens,
+                format!("`{narrow}` is already part of the key through `{wide}`; list only one of them"),
+            ));
+            continue;
+        }
+        accepted.push((field, path));
+    }
+    accepted.sort_by(|(_, a), (_, b)| jcs_cmp(a, b));
+    accepted.into_iter().map(|(f, _)| f).collect()
+}
+
+/// Whether key path `wide` contains `narrow` (`cart` covers `cart.id`).
+fn covers(wide: &str, narrow: &str) -> bool {
+    narrow.len() > wide.len() && narrow.starts_with(wide) && narrow.as_bytes()[wide.len()] == b'.'
+}
+
+/// JCS (RFC 8785) orders object keys by their UTF-16 code units.
+pub(crate) fn jcs_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    a.encode_utf16().cmp(b.encode_utf16())
+}
+
+/// The clock type a parameter holds, looking through `&` and `Option<..>`.
+fn clock_type(ty: &Type) -> Option<String> {
+    match ty {
+        Type::Reference(r) => clock_type(&r.elem),
+        Type::Paren(p) => clock_type(&p.elem),
+        Type::Group(g) => clock_type(&g.elem),
+        Type::Path(p) => {
+            let last = p.path.segments.last()?;
+            let name = last.ident.to_string();
+            if name == "Option" {
+                if let PathArguments::AngleBracketed(a) = &last.arguments {
+                    if let Some(GenericArgument::Type(inner)) = a.args.first() {
+                        return clock_type(inner);
+                    }
+                }
+                return None;
+            }
+            CLOCK_TYPES.contains(&name.as_str()).then_some(name)
+        }
+        _ => None,
+    }
+}
