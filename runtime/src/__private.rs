@@ -9,9 +9,12 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
-pub use crate::engine::{execute, execute_caching_errors, Call, CallBuilder};
+pub use crate::engine::{
+    execute, execute_caching_errors, execute_with, reconciling, Attempt, CacheErrors, Call,
+    CallBuilder, ErrorPolicy, ReleaseErrors,
+};
 pub use crate::error::Error;
-pub use crate::registry::{BoxFuture, Context, InvokeFn, KeyOfFn, ToolDescriptor};
+pub use crate::registry::{BoxFuture, Context, InvokeFn, KeyOfFn, ReconcileFn, ToolDescriptor};
 pub use crate::spec::{Concurrent, Mismatch, OnUnknown, SourceLocation, ToolKind, ToolSpec};
 pub use ::inventory;
 pub use ::schemars;

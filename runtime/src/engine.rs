@@ -272,13 +272,16 @@ fn report(slot: &Option<ReportSlot>, f: impl FnOnce(&mut CallReport)) {
 }
 
 /// How a tool's `Err` values are treated: released (retry runs again) or stored and replayed.
-trait ErrorPolicy<E> {
+#[doc(hidden)]
+pub trait ErrorPolicy<E> {
     /// `Some(json)` to store the error, `None` to release the claim.
     fn encode(e: &E) -> Option<Result<String, serde_json::Error>>;
     fn decode(json: &str) -> Option<Result<E, serde_json::Error>>;
 }
 
-struct ReleaseErrors;
+/// `Err` releases the key (the default).
+#[doc(hidden)]
+pub struct ReleaseErrors;
 impl<E> ErrorPolicy<E> for ReleaseErrors {
     fn encode(_: &E) -> Option<Result<String, serde_json::Error>> {
         None
@@ -288,7 +291,9 @@ impl<E> ErrorPolicy<E> for ReleaseErrors {
     }
 }
 
-struct CacheErrors;
+/// `Err` is stored and replayed (`cache_errors = true`).
+#[doc(hidden)]
+pub struct CacheErrors;
 impl<E: Serialize + DeserializeOwned> ErrorPolicy<E> for CacheErrors {
     fn encode(e: &E) -> Option<Result<String, serde_json::Error>> {
         Some(serde_json::to_string(e))
@@ -296,6 +301,28 @@ impl<E: Serialize + DeserializeOwned> ErrorPolicy<E> for CacheErrors {
     fn decode(json: &str) -> Option<Result<E, serde_json::Error>> {
         Some(serde_json::from_str(json))
     }
+}
+
+/// What one attempt of a tool produced.
+#[doc(hidden)]
+pub enum Attempt<T, E> {
+    /// The body ran (possibly after `verify` said the effect had not happened).
+    Ran(Result<T, E>),
+    /// `verify` found the effect of an abandoned call: this is its result.
+    Verified(T),
+    /// `verify` failed: the outcome stays unknown.
+    VerifyFailed(E),
+}
+
+tokio::task_local! {
+    static RECONCILING: bool;
+}
+
+/// Inside an attempt: whether it is reconciling an abandoned claim, so it must call the
+/// tool's `verify` before (maybe) running the body.
+#[doc(hidden)]
+pub fn reconciling() -> bool {
+    RECONCILING.try_with(|r| *r).unwrap_or(false)
 }
 
 /// Runs `body` at most once per key: the entry point of `#[mutating_tool]`.
@@ -306,7 +333,7 @@ where
     E: From<Error>,
     F: Future<Output = Result<T, E>>,
 {
-    run::<T, E, F, ReleaseErrors>(call, body).await
+    run::<T, E, _, ReleaseErrors>(call, async { Attempt::Ran(body.await) }, None, false).await
 }
 
 /// Like [`execute`], but an `Err` is stored and replayed too (`cache_errors = true`).
@@ -317,14 +344,37 @@ where
     E: From<Error> + Serialize + DeserializeOwned,
     F: Future<Output = Result<T, E>>,
 {
-    run::<T, E, F, CacheErrors>(call, body).await
+    run::<T, E, _, CacheErrors>(call, async { Attempt::Ran(body.await) }, None, false).await
 }
 
-async fn run<T, E, F, P>(call: Result<Call, Error>, body: F) -> Result<T, E>
+/// The general entry point: `attempt` may verify first (`verify = …`), `unknown_if`
+/// classifies errors that leave the outcome unknown (`unknown_outcome_if = …`).
+#[doc(hidden)]
+pub async fn execute_with<T, E, F, P>(
+    call: Result<Call, Error>,
+    attempt: F,
+    unknown_if: Option<fn(&E) -> bool>,
+    has_verify: bool,
+) -> Result<T, E>
 where
     T: Serialize + DeserializeOwned,
     E: From<Error>,
-    F: Future<Output = Result<T, E>>,
+    F: Future<Output = Attempt<T, E>>,
+    P: ErrorPolicy<E>,
+{
+    run::<T, E, F, P>(call, attempt, unknown_if, has_verify).await
+}
+
+async fn run<T, E, F, P>(
+    call: Result<Call, Error>,
+    attempt: F,
+    unknown_if: Option<fn(&E) -> bool>,
+    has_verify: bool,
+) -> Result<T, E>
+where
+    T: Serialize + DeserializeOwned,
+    E: From<Error>,
+    F: Future<Output = Attempt<T, E>>,
     P: ErrorPolicy<E>,
 {
     let slot = take_report();
@@ -340,6 +390,7 @@ where
     let spec = call.spec;
     let store = ambient::current_store();
     let mut outcome = store.claim(call.request()).await;
+    let mut reconcile = false;
     let token = loop {
         match outcome {
             Err(e) => {
@@ -393,6 +444,12 @@ where
                 if let Err(e) = call.check_fingerprint(&fingerprint) {
                     return Err(fail(e));
                 }
+                if has_verify {
+                    tracing::info!(tool = spec.name, key = %call.key, decision = "reconciling", "tool-contracts: an earlier call was abandoned; taking it over to verify its effect");
+                    reconcile = true;
+                    outcome = store.takeover(call.request(), token).await;
+                    continue;
+                }
                 match spec.on_unknown {
                     OnUnknown::Fail => {
                         tracing::warn!(tool = spec.name, key = %call.key, decision = "rejected", reason = "outcome_unknown", "tool-contracts: an earlier call was abandoned mid-run");
@@ -411,27 +468,41 @@ where
     };
 
     tracing::debug!(tool = spec.name, key = %call.key, decision = "executed", "tool-contracts: running tool body");
-    let result = with_heartbeat(
-        &*store,
-        &call,
-        token,
-        ambient::with_current_key(Arc::clone(&call.key), body),
-    )
-    .await;
+    let attempt = RECONCILING.scope(
+        reconcile,
+        ambient::with_current_key(Arc::clone(&call.key), attempt),
+    );
+    let result = match with_heartbeat(&*store, &call, token, attempt).await {
+        Attempt::Ran(result) => result,
+        Attempt::Verified(value) => {
+            tracing::info!(tool = spec.name, key = %call.key, decision = "reconciled", "tool-contracts: verify found the effect of the abandoned call");
+            Ok(value)
+        }
+        Attempt::VerifyFailed(e) => {
+            tracing::warn!(tool = spec.name, key = %call.key, decision = "rejected", reason = "verify_failed", "tool-contracts: verify failed; the outcome stays unknown");
+            abandon(&*store, &call, token).await;
+            return Err(e);
+        }
+    };
     match &result {
         Ok(value) => match serde_json::to_string(value) {
             Ok(json) => finish_claim(&*store, &call, token, Some((&json, false))).await,
             Err(e) => {
                 // The effect happened but its result cannot be stored: keep the claim so it
                 // expires into an unknown outcome rather than letting a retry run again.
+                abandon(&*store, &call, token).await;
                 let e = Error::Codec {
                     tool: spec.name.to_owned(),
                     key: call.key.to_string(),
-                    message: format!("the result cannot be stored as JSON ({e}); the claim is left to expire as an unknown outcome"),
+                    message: format!("the result cannot be stored as JSON ({e}); the key is left as an unknown outcome"),
                 };
                 return Err(fail(e));
             }
         },
+        Err(e) if unknown_if.is_some_and(|unknown| unknown(e)) => {
+            tracing::warn!(tool = spec.name, key = %call.key, decision = "abandoned", "tool-contracts: the tool's error leaves the outcome unknown; keeping the key for reconciliation");
+            abandon(&*store, &call, token).await;
+        }
         Err(e) => match P::encode(e) {
             Some(Ok(json)) => finish_claim(&*store, &call, token, Some((&json, true))).await,
             Some(Err(err)) => {
@@ -442,6 +513,12 @@ where
         },
     }
     result
+}
+
+async fn abandon(store: &dyn Store, call: &Call, token: u64) {
+    if let Err(e) = store.abandon(&call.key, token).await {
+        tracing::error!(tool = call.spec.name, key = %call.key, error = %e, "tool-contracts: could not mark the key abandoned; it becomes so when its lease runs out");
+    }
 }
 
 enum Replayed<E> {
@@ -503,20 +580,44 @@ async fn finish_claim(store: &dyn Store, call: &Call, token: u64, result: Option
 
 /// Polls `body` while renewing the lease every third of it, so a long body is not taken
 /// for dead. The renewals run beside the body, never blocking it.
-async fn with_heartbeat<F: Future>(store: &dyn Store, call: &Call, token: u64, body: F) -> F::Output {
-    let lease = call.spec.lease;
+async fn with_heartbeat<F: Future>(
+    store: &dyn Store,
+    call: &Call,
+    token: u64,
+    body: F,
+) -> F::Output {
+    heartbeat(
+        store,
+        call.spec.name,
+        &call.key,
+        call.spec.lease,
+        token,
+        body,
+    )
+    .await
+}
+
+/// [`with_heartbeat`] for callers without a [`Call`] (recovery).
+pub(crate) async fn heartbeat<F: Future>(
+    store: &dyn Store,
+    tool: &str,
+    key: &str,
+    lease: Duration,
+    token: u64,
+    body: F,
+) -> F::Output {
     let period = (lease / 3).max(Duration::from_millis(1));
     let heartbeat = async {
         loop {
             tokio::time::sleep(period).await;
-            match store.renew(&call.key, token, lease).await {
+            match store.renew(key, token, lease).await {
                 Ok(()) => {}
                 Err(StoreError::LeaseLost { .. }) => {
-                    tracing::error!(tool = call.spec.name, key = %call.key, "tool-contracts: lease lost while the body runs (another worker took the key over); this worker's result will not be stored");
+                    tracing::error!(tool, key, "tool-contracts: lease lost while the body runs (another worker took the key over); this worker's result will not be stored");
                     break;
                 }
                 Err(e) => {
-                    tracing::warn!(tool = call.spec.name, key = %call.key, error = %e, "tool-contracts: lease renewal failed; retrying at the next heartbeat");
+                    tracing::warn!(tool, key, error = %e, "tool-contracts: lease renewal failed; retrying at the next heartbeat");
                 }
             }
         }

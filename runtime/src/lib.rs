@@ -10,6 +10,7 @@ mod ambient;
 mod engine;
 mod error;
 pub mod key;
+mod recovery;
 mod registry;
 mod spec;
 pub mod store;
@@ -21,6 +22,7 @@ pub use ambient::{
     current_key, current_key_uuid, set_default_store, with_scope, with_store, worker_id,
 };
 pub use error::Error;
+pub use recovery::{recover, recover_once, RecoveryReport};
 pub use registry::{registry, try_registry, Registry, ToolDescriptor, ToolOutput, META_PREFIX};
 pub use spec::{Concurrent, Mismatch, OnUnknown, SourceLocation, ToolKind};
 pub use store::{MemoryStore, Store};

@@ -19,6 +19,10 @@ pub type InvokeFn = for<'a> fn(&'a Context, Value) -> BoxFuture<'a, Result<Value
 /// A tool's key derivation from JSON arguments.
 #[doc(hidden)]
 pub type KeyOfFn = fn(&Value) -> Result<String, Error>;
+/// A tool's `verify` over stored JSON arguments: `Some(result JSON)` if the effect happened.
+#[doc(hidden)]
+pub type ReconcileFn =
+    for<'a> fn(&'a Context, &'a str) -> BoxFuture<'a, Result<Option<String>, Error>>;
 
 /// The reverse-DNS prefix of this crate's entries in MCP `_meta` objects.
 pub const META_PREFIX: &str = "dev.tool-contracts";
@@ -30,6 +34,7 @@ pub struct ToolDescriptor {
     invoke: InvokeFn,
     input_schema: fn() -> Value,
     output_schema: fn() -> Option<Value>,
+    reconcile: Option<ReconcileFn>,
 }
 
 inventory::collect!(ToolDescriptor);
@@ -58,7 +63,24 @@ impl ToolDescriptor {
             invoke,
             input_schema,
             output_schema,
+            reconcile: None,
         }
+    }
+
+    /// Adds the tool's `verify`, used to reconcile abandoned calls.
+    #[doc(hidden)]
+    pub const fn with_reconcile(mut self, reconcile: ReconcileFn) -> Self {
+        self.reconcile = Some(reconcile);
+        self
+    }
+
+    /// Whether the tool declares `verify`, so abandoned calls can be reconciled.
+    pub fn has_verify(&self) -> bool {
+        self.reconcile.is_some()
+    }
+
+    pub(crate) fn reconcile_fn(&self) -> Option<ReconcileFn> {
+        self.reconcile
     }
 
     /// The tool's name, unique in a registry.
@@ -153,6 +175,7 @@ impl ToolDescriptor {
             "payloadMismatch": match self.spec.payload_mismatch { Mismatch::Reject => "reject", Mismatch::Replay => "replay" },
             "onUnknown": match self.spec.on_unknown { OnUnknown::Fail => "fail", OnUnknown::Rerun => "rerun" },
             "cacheErrors": self.spec.cache_errors,
+            "verify": self.reconcile.is_some(),
         })
     }
 
@@ -327,6 +350,10 @@ impl Registry {
             .binary_search_by(|t| t.name().cmp(name))
             .ok()
             .map(|i| self.tools[i])
+    }
+
+    pub(crate) fn context(&self) -> &Context {
+        &self.context
     }
 
     /// Calls a tool with JSON arguments through the same dedup engine as a direct call

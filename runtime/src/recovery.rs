@@ -1,0 +1,156 @@
+//! Reconciling abandoned calls without their caller: a worker died mid-call, nobody
+//! retries, and the key would stay "outcome unknown" until someone looks. The recovery task
+//! finds such keys, takes each over, and asks the tool's `verify` whether the effect
+//! happened, using the arguments the store kept.
+
+use core::time::Duration;
+
+use crate::ambient;
+use crate::engine;
+use crate::error::Error;
+use crate::registry::Registry;
+use crate::store::{ClaimOutcome, ClaimRequest, Completion, Record, Store};
+
+/// What one recovery pass did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RecoveryReport {
+    /// Abandoned keys whose effect `verify` found: completed with its result.
+    pub completed: Vec<String>,
+    /// Abandoned keys whose effect had not happened: released, so the next call runs.
+    pub released: Vec<String>,
+    /// Abandoned keys left unknown: the tool has no `verify`, is not in the registry, or
+    /// `verify` failed. An operator must resolve them.
+    pub unresolved: Vec<String>,
+    /// Pending keys still held by a live worker.
+    pub live: usize,
+}
+
+/// How many pending keys one pass looks at.
+const BATCH: usize = 1000;
+
+/// One recovery pass over the current store (see [`with_store`](crate::with_store)).
+pub async fn recover_once(registry: &Registry) -> Result<RecoveryReport, Error> {
+    let store = ambient::current_store();
+    let pending = store.pending(BATCH).await.map_err(|e| Error::Store {
+        tool: "(recovery)".to_owned(),
+        key: String::new(),
+        message: e.to_string(),
+    })?;
+    let mut report = RecoveryReport::default();
+    for record in pending {
+        reconcile(&*store, registry, &record, &mut report).await;
+    }
+    Ok(report)
+}
+
+/// Runs [`recover_once`] every `interval`, forever: spawn it beside your workers.
+/// Errors are logged and the next pass tries again.
+pub async fn recover(registry: Registry, interval: Duration) {
+    loop {
+        match recover_once(&registry).await {
+            Ok(report) => {
+                if !(report.completed.is_empty()
+                    && report.released.is_empty()
+                    && report.unresolved.is_empty())
+                {
+                    tracing::info!(
+                        completed = report.completed.len(),
+                        released = report.released.len(),
+                        unresolved = report.unresolved.len(),
+                        "tool-contracts: recovery pass"
+                    );
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "tool-contracts: recovery pass failed"),
+        }
+        tokio::time::sleep(interval).await;
+    }
+}
+
+async fn reconcile(
+    store: &dyn Store,
+    registry: &Registry,
+    record: &Record,
+    report: &mut RecoveryReport,
+) {
+    let key = record.key.clone();
+    let Some(tool) = registry.get(&record.tool) else {
+        report.unresolved.push(key);
+        return;
+    };
+    let req = ClaimRequest {
+        key: &record.key,
+        tool: &record.tool,
+        scope: record.scope.as_deref(),
+        fingerprint: &record.fingerprint,
+        args: &record.args,
+        lease: tool.lease(),
+        ttl: tool.ttl(),
+        worker: ambient::worker_id(),
+    };
+    // The store decides, by its own clock, whether the claim is abandoned.
+    let stale = match store.claim(req).await {
+        Ok(ClaimOutcome::Abandoned { token, .. }) => token,
+        Ok(ClaimOutcome::InProgress { .. }) => {
+            report.live += 1;
+            return;
+        }
+        Ok(ClaimOutcome::Acquired { token }) => {
+            // Released or purged meanwhile: we claimed a free key we have no call for.
+            let _ = store.release(&record.key, token).await;
+            return;
+        }
+        Ok(ClaimOutcome::Completed(_)) => return,
+        Err(e) => {
+            tracing::warn!(key = %record.key, error = %e, "tool-contracts: recovery could not read the key");
+            report.unresolved.push(key);
+            return;
+        }
+    };
+    let Some(verify) = tool.reconcile_fn() else {
+        report.unresolved.push(key);
+        return;
+    };
+    let token = match store.takeover(req, stale).await {
+        Ok(ClaimOutcome::Acquired { token }) => token,
+        _ => return, // another worker got there first
+    };
+    let verdict = engine::heartbeat(
+        store,
+        tool.name(),
+        &record.key,
+        tool.lease(),
+        token,
+        verify(registry.context(), &record.args),
+    )
+    .await;
+    match verdict {
+        Ok(Some(result)) => {
+            let completion = Completion {
+                result: &result,
+                is_error: false,
+                ttl: tool.ttl(),
+            };
+            match store.complete(&record.key, token, completion).await {
+                Ok(()) => {
+                    tracing::info!(tool = tool.name(), key = %record.key, decision = "reconciled", "tool-contracts: verify found the effect; key completed");
+                    report.completed.push(key);
+                }
+                Err(_) => report.unresolved.push(key),
+            }
+        }
+        Ok(None) => match store.release(&record.key, token).await {
+            Ok(()) => {
+                tracing::info!(tool = tool.name(), key = %record.key, decision = "reconciled", "tool-contracts: verify found no effect; key released");
+                report.released.push(key);
+            }
+            Err(_) => report.unresolved.push(key),
+        },
+        Err(e) => {
+            tracing::warn!(tool = tool.name(), key = %record.key, error = %e, "tool-contracts: verify failed; the outcome stays unknown");
+            let _ = store.abandon(&record.key, token).await;
+            report.unresolved.push(key);
+        }
+    }
+}
