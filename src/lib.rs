@@ -24,16 +24,8 @@
 #![forbid(unsafe_code)]
 
 pub use tool_contracts_macros::{mutating_tool, read_only_tool};
-pub use tool_contracts_runtime::{
-    current_key, current_key_uuid, key, registry, set_default_store, store, try_registry,
-    with_scope, with_store, Concurrent, Error, Mismatch, MemoryStore, OnUnknown, Registry,
-    SourceLocation, Store, ToolDescriptor, ToolKind, ToolOutput, META_PREFIX,
-};
-
-/// Re-exported: `current_key_uuid()` returns a `uuid::Uuid`.
-pub use tool_contracts_runtime::uuid;
-/// Re-exported: tool parameters implement `schemars::JsonSchema` for their input schema.
-pub use tool_contracts_runtime::schemars;
+/// The runtime: key spec, stores, engine entry points, registry, runs and recovery.
+pub use tool_contracts_runtime::*;
 
 /// Not public API: what the attribute macros' expansions name. It may change in any
 /// release; the facade pins the macro crate to the runtime's exact version.

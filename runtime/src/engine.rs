@@ -387,6 +387,9 @@ where
         Err(e) => return Err(fail(e)),
     };
     report(&slot, |r| r.key = Some(call.key.to_string()));
+    if let Err(e) = crate::run::journal_tool_call(call.spec.name, &call.key).await {
+        return Err(fail(e));
+    }
     let spec = call.spec;
     let store = ambient::current_store();
     let mut outcome = store.claim(call.request()).await;

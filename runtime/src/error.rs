@@ -109,6 +109,32 @@ pub enum Error {
         /// Where the second was declared.
         second: SourceLocation,
     },
+    /// On resume, the code asked for another step than the journal recorded at that
+    /// position: the task's code changed under a running task.
+    #[error("run `{run}` (key {key}): at position {position} the journal recorded `{recorded}` but the code now asks for `{requested}`; the task's code changed while it was running. Finish or resolve the old run before deploying a new step order, or start the task under a new intent or run version")]
+    NonDeterministic {
+        /// Run name.
+        run: String,
+        /// Run key.
+        key: String,
+        /// Position in the journal (0-based).
+        position: u32,
+        /// What the journal holds there (`step:name` or `tool:name`).
+        recorded: String,
+        /// What the code asked for.
+        requested: String,
+    },
+    /// A step was asked of a run this handle does not own (another worker runs it, or it
+    /// is finished).
+    #[error("run `{run}` (key {key}) is {status} and not owned by this handle; wait for its result with `Run::wait` instead of running its steps")]
+    RunNotOwned {
+        /// Run name.
+        run: String,
+        /// Run key.
+        key: String,
+        /// `running elsewhere` or `finished`.
+        status: String,
+    },
 }
 
 fn list(items: &[String]) -> String {
@@ -141,6 +167,7 @@ impl Error {
             | Error::Codec { tool, .. }
             | Error::MissingContext { tool, .. }
             | Error::ToolFailed { tool, .. } => Some(tool),
+            Error::NonDeterministic { run, .. } | Error::RunNotOwned { run, .. } => Some(run),
             Error::UnknownTool { .. } | Error::DuplicateTool { .. } => None,
         }
     }
@@ -153,7 +180,9 @@ impl Error {
             | Error::OutcomeUnknown { key, .. }
             | Error::Store { key, .. }
             | Error::Codec { key, .. }
-            | Error::ToolFailed { key, .. } => (!key.is_empty()).then_some(key.as_str()),
+            | Error::ToolFailed { key, .. }
+            | Error::NonDeterministic { key, .. }
+            | Error::RunNotOwned { key, .. } => (!key.is_empty()).then_some(key.as_str()),
             _ => None,
         }
     }
@@ -171,6 +200,8 @@ impl Error {
             Error::MissingContext { .. } => "missing_context",
             Error::ToolFailed { .. } => "tool_failed",
             Error::DuplicateTool { .. } => "duplicate_tool",
+            Error::NonDeterministic { .. } => "non_deterministic",
+            Error::RunNotOwned { .. } => "run_not_owned",
         }
     }
 }

@@ -11,6 +11,7 @@ mod engine;
 mod error;
 pub mod key;
 mod recovery;
+mod run;
 mod registry;
 mod spec;
 pub mod store;
@@ -23,6 +24,7 @@ pub use ambient::{
 };
 pub use error::Error;
 pub use recovery::{recover, recover_once, RecoveryReport};
+pub use run::{JournalEntry, Run, RunInfo, RunOptions, RunStatus, StepOptions, RUN_KEY_CONTRACT};
 pub use registry::{registry, try_registry, Registry, ToolDescriptor, ToolOutput, META_PREFIX};
 pub use spec::{Concurrent, Mismatch, OnUnknown, SourceLocation, ToolKind};
 pub use store::{MemoryStore, Store};
