@@ -12,6 +12,7 @@ use core::time::Duration;
 use std::time::SystemTime;
 
 mod memory;
+mod open;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "redis")]
@@ -20,8 +21,9 @@ mod redis;
 mod sqlite;
 
 pub use memory::MemoryStore;
+pub use open::open;
 #[cfg(feature = "postgres")]
-pub use postgres::PostgresStore;
+pub use postgres::{PostgresStore, PostgresStoreBuilder};
 #[cfg(feature = "redis")]
 pub use redis::RedisStore;
 #[cfg(feature = "sqlite")]

@@ -1,1 +1,1050 @@
-//! placeholder: being written
+//! A PostgreSQL store: the shared store for a fleet of workers.
+//!
+//! # Guarantees
+//!
+//! Every operation is one SQL statement (one round trip, its own transaction), so each
+//! is atomic, and concurrent operations on one key serialize on its row lock and unique
+//! index. A claim is a single statement that either inserts the key, takes over an expired
+//! result (or, for [`Store::takeover`], the exact stale claim), or reads back who holds
+//! it. Completing, releasing, renewing and abandoning are single statements fenced by
+//! `key = $1 AND token = $2 AND state = 'in_progress'`, so a worker whose lease was taken
+//! over can change nothing. Fencing tokens come from one store-wide `SEQUENCE`, so a
+//! token is never reused for a key, even after a release or a purge. Leases and expiry use
+//! the server's clock (`clock_timestamp()`), never the worker's.
+//!
+//! # Durability
+//!
+//! A state change is durable once its statement returns: it is a committed transaction,
+//! as durable as the server's `fsync`/`synchronous_commit` settings make it. With
+//! asynchronous replication a failover can lose the latest commits (a stored result could
+//! vanish and its call run again); use synchronous replication where that matters.
+//!
+//! # Schema
+//!
+//! Tables live in the connection's `search_path` (or in the schema chosen with
+//! [`PostgresStoreBuilder::schema`]) and are named with a prefix (default
+//! `tool_contracts_`, see [`PostgresStoreBuilder::table_prefix`]):
+//!
+//! - `<prefix>records`: one row per key (`key` is the primary key): who claimed it,
+//!   `state` (`in_progress` or `completed`), the holder's `token` and `lease_expires_at`,
+//!   the stored `result`, `created_at` and `expires_at`. Indexed on `expires_at` (purge)
+//!   and, partially, on `(created_at, key) WHERE state = 'in_progress'` (pending).
+//! - `<prefix>history`: the append-only event log, primary key `(key, id)`; each event
+//!   keeps the record's `expires_at` of its time (indexed), so the history of a released
+//!   key is purged once that time passed and no live record holds the key.
+//! - `<prefix>token_seq`: the fencing-token sequence.
+//! - `<prefix>schema_version`: the version of these tables, for later migrations.
+//!
+//! [`PostgresStore::connect`] creates or migrates the tables itself, in a transaction
+//! guarded by an advisory lock, so any number of processes may connect at once.
+//!
+//! Needs PostgreSQL 12 or later (`WITH ... AS MATERIALIZED`).
+//!
+//! Waiting duplicates poll (the trait's default [`Store::wait`]): LISTEN/NOTIFY would
+//! need a dedicated connection per process and takes a database-wide lock at every
+//! notifying commit, which would slow every completion down.
+
+use core::fmt;
+use core::time::Duration;
+use std::error::Error as StdError;
+use std::future::Future;
+use std::time::SystemTime;
+
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{NoTls, Row};
+
+use super::{
+    ClaimOutcome, ClaimRequest, Completion, HistoryEvent, HistoryKind, Record, RecordState,
+    Resolution, Store, StoreError,
+};
+
+/// The table-name prefix used unless [`PostgresStoreBuilder::table_prefix`] says otherwise.
+const DEFAULT_TABLE_PREFIX: &str = "tool_contracts_";
+
+/// Longest accepted prefix: PostgreSQL truncates identifiers at 63 bytes, and the longest
+/// name built from the prefix (`<prefix>history_expires_at_idx`) adds 22.
+const MAX_PREFIX_LEN: usize = 40;
+
+/// Longest accepted schema name (PostgreSQL's identifier limit).
+const MAX_SCHEMA_LEN: usize = 63;
+
+/// Durations are capped at 1000 years before they reach SQL, so `Duration::MAX` ("keep
+/// forever") cannot overflow PostgreSQL's timestamp range.
+const MAX_MICROS: i64 = 1000 * 366 * 24 * 3600 * 1_000_000;
+
+/// How often a claim is retried when its snapshot raced a concurrent writer (see
+/// [`PostgresStore::claim_or_takeover`]); each retry sees a newer snapshot, so more than
+/// one or two retries means the key is being rewritten continuously.
+const CLAIM_ATTEMPTS: usize = 8;
+
+/// Every connecting process takes this advisory lock while it creates or migrates tables:
+/// `CREATE ... IF NOT EXISTS` alone races (two creators both pass the check).
+const MIGRATION_LOCK: &str = "tool_contracts.store.migrate";
+
+/// The columns of a record row, in the order every statement returns them.
+const RECORD_COLUMNS: &str = "key, tool, scope, fingerprint, args, worker, state, token, \
+     lease_expires_at, result, is_error, completed_at, created_at, expires_at";
+
+/// A store in a PostgreSQL (12+) database, shared by every worker that connects to it.
+///
+/// Every operation is one statement and one round trip; leases and expiry follow the
+/// server's clock; fencing tokens come from one sequence. The store creates its own
+/// tables on [`connect`](Self::connect) (`tool_contracts_records`, `..._history`, ...;
+/// another prefix or schema with [`builder`](Self::builder)). Share it behind an `Arc`:
+/// it holds a connection pool (deadpool-postgres, each connection caching its prepared
+/// statements).
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), tool_contracts_runtime::store::StoreError> {
+/// use tool_contracts_runtime::store::PostgresStore;
+///
+/// let store = PostgresStore::builder("postgres://app@db.internal/app")
+///     .schema("agents")
+///     .max_connections(32)
+///     .connect()
+///     .await?;
+/// # Ok(()) }
+/// ```
+pub struct PostgresStore {
+    pool: Pool,
+    sql: Sql,
+    operation_timeout: Duration,
+    /// `"schema".prefix` or `prefix`, for `Debug`.
+    name: String,
+}
+
+/// Options for [`PostgresStore`]: where its tables live, pool size and timeouts. Made
+/// by [`PostgresStore::builder`].
+#[derive(Clone)]
+pub struct PostgresStoreBuilder {
+    url: String,
+    schema: Option<String>,
+    prefix: String,
+    max_connections: Option<usize>,
+    connect_timeout: Option<Duration>,
+    operation_timeout: Duration,
+}
+
+/// The URL is left out: it may hold a password.
+impl fmt::Debug for PostgresStoreBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresStoreBuilder")
+            .field("schema", &self.schema)
+            .field("prefix", &self.prefix)
+            .field("max_connections", &self.max_connections)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("operation_timeout", &self.operation_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let status = self.pool.status();
+        f.debug_struct("PostgresStore")
+            .field("tables", &self.name)
+            .field("connections", &status.size)
+            .field("max_connections", &status.max_size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresStoreBuilder {
+    /// Creates the tables in this schema (created if missing) instead of the first schema
+    /// of the connection's `search_path`. Lowercase ASCII letters, digits and `_`.
+    pub fn schema(mut self, schema: &str) -> Self {
+        self.schema = Some(schema.to_owned());
+        self
+    }
+
+    /// Names the tables `<prefix>records`, `<prefix>history`, ... (default
+    /// `tool_contracts_`), so several stores, or test runs, can share a database
+    /// without seeing each other. Lowercase ASCII letters, digits and `_`, at most 40.
+    pub fn table_prefix(mut self, prefix: &str) -> Self {
+        self.prefix = prefix.to_owned();
+        self
+    }
+
+    /// The most connections the pool opens (default: deadpool's, four per CPU).
+    pub fn max_connections(mut self, max: usize) -> Self {
+        self.max_connections = Some(max.max(1));
+        self
+    }
+
+    /// How long opening one connection may take before the store answers
+    /// [`StoreError::Unavailable`] (default: the URL's `connect_timeout`, else 5 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = Some(timeout);
+        self
+    }
+
+    /// How long one store operation (waiting for a connection included) may take before
+    /// it answers [`StoreError::Unavailable`] (default 30 s). A statement cut off this way
+    /// may still commit: a claim then stays held until its lease runs out (abandoned),
+    /// which is the fail-closed outcome.
+    pub fn operation_timeout(mut self, timeout: Duration) -> Self {
+        self.operation_timeout = timeout;
+        self
+    }
+
+    /// Opens the pool, then creates or migrates the store's tables.
+    ///
+    /// Fails with [`StoreError::Unavailable`] if the URL or a name is invalid, the server
+    /// cannot be reached, or its tables are from a newer version of this library.
+    pub async fn connect(self) -> Result<PostgresStore, StoreError> {
+        let schema = match &self.schema {
+            Some(schema) => Some(identifier("schema", schema, MAX_SCHEMA_LEN)?),
+            None => None,
+        };
+        let prefix = identifier("table prefix", &self.prefix, MAX_PREFIX_LEN)?;
+        let mut config: tokio_postgres::Config = self
+            .url
+            .parse()
+            .map_err(|e| unavailable("parsing the connection URL", &e))?;
+        let connect_timeout = match (self.connect_timeout, config.get_connect_timeout()) {
+            (Some(timeout), _) => timeout,
+            (None, Some(timeout)) => *timeout,
+            (None, None) => Duration::from_secs(5),
+        };
+        config.connect_timeout(connect_timeout);
+        if config.get_application_name().is_none() {
+            config.application_name("tool-contracts");
+        }
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let mut pool = Pool::builder(manager)
+            .runtime(Runtime::Tokio1)
+            .create_timeout(Some(connect_timeout))
+            .recycle_timeout(Some(connect_timeout));
+        if let Some(max) = self.max_connections {
+            pool = pool.max_size(max);
+        }
+        let pool = pool
+            .build()
+            .map_err(|e| unavailable("building the connection pool", &e))?;
+        let names = Names::new(schema, prefix);
+        let store = PostgresStore {
+            pool,
+            sql: Sql::new(&names),
+            operation_timeout: self.operation_timeout,
+            name: names.display(),
+        };
+        store
+            .timed("migrating the schema", store.migrate(&names))
+            .await?;
+        Ok(store)
+    }
+}
+
+/// Checks a name spliced into SQL: identifiers cannot be bind parameters, so only a
+/// plain lowercase identifier is accepted (it then needs no quoting rules).
+fn identifier(what: &str, name: &str, max_len: usize) -> Result<String, StoreError> {
+    let mut chars = name.chars();
+    let starts_well = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
+    let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if starts_well && rest_ok && name.len() <= max_len {
+        Ok(name.to_owned())
+    } else {
+        Err(StoreError::Unavailable(format!(
+            "postgres: invalid {what} {name:?}: use at most {max_len} lowercase ASCII \
+             letters, digits and `_`, not starting with a digit"
+        )))
+    }
+}
+
+/// The store's qualified object names.
+struct Names {
+    schema: Option<String>,
+    prefix: String,
+    records: String,
+    history: String,
+    token_seq: String,
+    version: String,
+}
+
+impl Names {
+    fn new(schema: Option<String>, prefix: String) -> Self {
+        let qualify = |name: &str| match &schema {
+            Some(schema) => format!("\"{schema}\".\"{prefix}{name}\""),
+            None => format!("\"{prefix}{name}\""),
+        };
+        Names {
+            records: qualify("records"),
+            history: qualify("history"),
+            token_seq: qualify("token_seq"),
+            version: qualify("schema_version"),
+            schema,
+            prefix,
+        }
+    }
+
+    fn display(&self) -> String {
+        match &self.schema {
+            Some(schema) => format!("{schema}.{}", self.prefix),
+            None => self.prefix.clone(),
+        }
+    }
+
+    /// The migrations, in order: the tables are at version `n` once the first `n` ran.
+    /// Append new ones; never edit a released one.
+    fn migrations(&self) -> Vec<String> {
+        let Names {
+            prefix,
+            records,
+            history,
+            token_seq,
+            ..
+        } = self;
+        // No CHECK on `state`: readers validate every row and answer
+        // `StoreError::Corrupt`, and a later version may add states.
+        vec![format!(
+            "CREATE SEQUENCE IF NOT EXISTS {token_seq} AS bigint;
+             CREATE TABLE IF NOT EXISTS {records} (
+                 key text PRIMARY KEY,
+                 tool text NOT NULL,
+                 scope text,
+                 fingerprint text NOT NULL,
+                 args text NOT NULL,
+                 worker text NOT NULL,
+                 state text NOT NULL,
+                 token bigint NOT NULL,
+                 lease_expires_at timestamptz,
+                 result text,
+                 is_error boolean NOT NULL DEFAULT false,
+                 completed_at timestamptz,
+                 created_at timestamptz NOT NULL,
+                 expires_at timestamptz NOT NULL
+             );
+             CREATE INDEX IF NOT EXISTS \"{prefix}records_expires_at_idx\"
+                 ON {records} (expires_at);
+             CREATE INDEX IF NOT EXISTS \"{prefix}records_pending_idx\"
+                 ON {records} (created_at, key) WHERE state = 'in_progress';
+             CREATE TABLE IF NOT EXISTS {history} (
+                 key text NOT NULL,
+                 id bigint GENERATED ALWAYS AS IDENTITY,
+                 at timestamptz NOT NULL,
+                 kind text NOT NULL,
+                 token bigint NOT NULL,
+                 worker text NOT NULL,
+                 expires_at timestamptz NOT NULL,
+                 PRIMARY KEY (key, id)
+             );
+             CREATE INDEX IF NOT EXISTS \"{prefix}history_expires_at_idx\"
+                 ON {history} (expires_at);"
+        )]
+    }
+}
+
+/// The store's statements, built once: deadpool caches each connection's prepared
+/// statement by its text.
+struct Sql {
+    claim: String,
+    takeover: String,
+    complete: String,
+    release: String,
+    renew: String,
+    abandon: String,
+    lookup: String,
+    pending: String,
+    resolve_complete: String,
+    resolve_release: String,
+    history: String,
+    purge: String,
+}
+
+impl Sql {
+    fn new(names: &Names) -> Self {
+        let Names {
+            records,
+            history,
+            token_seq,
+            ..
+        } = names;
+        let us = "* interval '1 microsecond'";
+        let returning = RECORD_COLUMNS
+            .split(", ")
+            .map(|c| format!("r.{c}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        // Parameters: $1 key, $2 tool, $3 scope, $4 fingerprint, $5 args, $6 worker,
+        // $7 lease (µs), $8 record lifetime (µs), $9 stale token (takeover only).
+        //
+        // `cur` is the key's row in this statement's snapshot; `upd` reclaims an expired
+        // result; `ins` inserts an absent key (DO NOTHING: no row lock, so replays of a
+        // completed key write nothing). `won` holds the new claim, if any, and is logged.
+        // Otherwise the answer is `cur`. If a concurrent writer committed after the
+        // snapshot was taken, `cur` can be missing or out of date: the caller detects
+        // that and runs the statement again (see `claim_or_takeover`).
+        let claim = |takeover: bool| {
+            let (tk, tk_won) = if takeover {
+                (
+                    format!(
+                        "tk AS (
+                             UPDATE {records} AS r SET tool = $2, scope = $3,
+                                 fingerprint = $4, args = $5, worker = $6,
+                                 state = 'in_progress', token = nextval('{token_seq}'),
+                                 lease_expires_at = c.now + $7::bigint {us},
+                                 result = NULL, is_error = false, completed_at = NULL,
+                                 expires_at = c.now + $8::bigint {us}
+                             FROM clock c
+                             WHERE r.key = $1 AND r.state = 'in_progress'
+                                 AND r.token = $9::bigint AND r.lease_expires_at <= c.now
+                             RETURNING {returning}, 'taken_over'::text AS kind
+                         ),"
+                    ),
+                    "SELECT * FROM tk UNION ALL ",
+                )
+            } else {
+                (String::new(), "")
+            };
+            format!(
+                "WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS now),
+                 cur AS MATERIALIZED (SELECT {RECORD_COLUMNS} FROM {records} WHERE key = $1),
+                 {tk}
+                 upd AS (
+                     UPDATE {records} AS r SET tool = $2, scope = $3, fingerprint = $4,
+                         args = $5, worker = $6, state = 'in_progress',
+                         token = nextval('{token_seq}'),
+                         lease_expires_at = c.now + $7::bigint {us},
+                         result = NULL, is_error = false, completed_at = NULL,
+                         created_at = c.now, expires_at = c.now + $8::bigint {us}
+                     FROM clock c
+                     WHERE r.key = $1 AND r.state = 'completed' AND r.expires_at <= c.now
+                     RETURNING {returning}, 'claimed'::text AS kind
+                 ),
+                 ins AS (
+                     INSERT INTO {records} AS r (key, tool, scope, fingerprint, args, worker,
+                         state, token, lease_expires_at, is_error, created_at, expires_at)
+                     SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text,
+                         'in_progress', nextval('{token_seq}'),
+                         c.now + $7::bigint {us}, false, c.now, c.now + $8::bigint {us}
+                     FROM clock c
+                     WHERE NOT EXISTS (SELECT 1 FROM cur)
+                     ON CONFLICT (key) DO NOTHING
+                     RETURNING {returning}, 'claimed'::text AS kind
+                 ),
+                 won AS MATERIALIZED (
+                     {tk_won}SELECT * FROM upd UNION ALL SELECT * FROM ins
+                 ),
+                 logged AS (
+                     INSERT INTO {history} (key, at, kind, token, worker, expires_at)
+                     SELECT w.key, c.now, w.kind, w.token, w.worker, w.expires_at
+                     FROM won w, clock c
+                 )
+                 SELECT true AS acquired, {RECORD_COLUMNS}, c.now AS now
+                 FROM won, clock c
+                 UNION ALL
+                 SELECT false, {RECORD_COLUMNS}, c.now
+                 FROM cur, clock c
+                 WHERE NOT EXISTS (SELECT 1 FROM won)"
+            )
+        };
+        // The fenced updates: only the current holder's token matches, and only while the
+        // key is in progress. Each logs its event in the same statement.
+        let fenced_event = |kind: &str, set: &str| {
+            format!(
+                "WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS now),
+                 changed AS (
+                     UPDATE {records} AS r SET {set}
+                     FROM clock c
+                     WHERE r.key = $1 AND r.token = $2 AND r.state = 'in_progress'
+                     RETURNING r.key, r.token, r.worker, r.expires_at, c.now
+                 )
+                 INSERT INTO {history} (key, at, kind, token, worker, expires_at)
+                 SELECT key, now, '{kind}', token, worker, expires_at FROM changed"
+            )
+        };
+        Sql {
+            claim: claim(false),
+            takeover: claim(true),
+            // $3 result, $4 is_error, $5 ttl (µs).
+            complete: fenced_event(
+                "completed",
+                &format!(
+                    "state = 'completed', result = $3, is_error = $4, completed_at = c.now,
+                     lease_expires_at = NULL, expires_at = c.now + $5::bigint {us}"
+                ),
+            ),
+            abandon: fenced_event("abandoned", "lease_expires_at = c.now"),
+            release: format!(
+                "WITH gone AS (
+                     DELETE FROM {records}
+                     WHERE key = $1 AND token = $2 AND state = 'in_progress'
+                     RETURNING key, token, worker, expires_at
+                 )
+                 INSERT INTO {history} (key, at, kind, token, worker, expires_at)
+                 SELECT key, clock_timestamp(), 'released', token, worker, expires_at
+                 FROM gone"
+            ),
+            // $3 lease (µs). A lease that already ran out cannot be renewed.
+            renew: format!(
+                "UPDATE {records} AS r
+                 SET lease_expires_at = c.now + $3::bigint {us},
+                     expires_at = greatest(r.expires_at, c.now + $3::bigint {us})
+                 FROM (SELECT clock_timestamp() AS now) c
+                 WHERE r.key = $1 AND r.token = $2 AND r.state = 'in_progress'
+                     AND r.lease_expires_at > c.now"
+            ),
+            lookup: format!("SELECT {RECORD_COLUMNS} FROM {records} WHERE key = $1"),
+            pending: format!(
+                "SELECT {RECORD_COLUMNS} FROM {records}
+                 WHERE state = 'in_progress'
+                 ORDER BY created_at, key
+                 LIMIT $1"
+            ),
+            // $2 result, $3 ttl (µs), $4 kind, $5 worker. A new token fences the holder.
+            resolve_complete: format!(
+                "WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS now),
+                 resolved AS (
+                     UPDATE {records} AS r SET state = 'completed', result = $2,
+                         is_error = false, completed_at = c.now, lease_expires_at = NULL,
+                         token = nextval('{token_seq}'),
+                         expires_at = c.now + $3::bigint {us}
+                     FROM clock c
+                     WHERE r.key = $1 AND r.state = 'in_progress'
+                     RETURNING r.key, r.token, r.expires_at, c.now
+                 )
+                 INSERT INTO {history} (key, at, kind, token, worker, expires_at)
+                 SELECT key, now, $4, token, $5, expires_at FROM resolved"
+            ),
+            // $2 kind, $3 worker.
+            resolve_release: format!(
+                "WITH gone AS (
+                     DELETE FROM {records} WHERE key = $1 AND state = 'in_progress'
+                     RETURNING key, expires_at
+                 )
+                 INSERT INTO {history} (key, at, kind, token, worker, expires_at)
+                 SELECT key, clock_timestamp(), $2, nextval('{token_seq}'), $3, expires_at
+                 FROM gone"
+            ),
+            history: format!(
+                "SELECT at, kind, token, worker FROM {history} WHERE key = $1 ORDER BY id"
+            ),
+            // Deletes expired records with their history, and the history of keys that
+            // have no live record (released keys) once its own expiry passed.
+            purge: format!(
+                "WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS now),
+                 gone AS (
+                     DELETE FROM {records} AS r USING clock c
+                     WHERE r.expires_at <= c.now
+                     RETURNING r.key
+                 ),
+                 gone_history AS (
+                     DELETE FROM {history} AS h WHERE h.key IN (SELECT key FROM gone)
+                 ),
+                 orphans AS (
+                     DELETE FROM {history} AS h USING clock c
+                     WHERE h.expires_at <= c.now
+                         AND NOT EXISTS (SELECT 1 FROM gone g WHERE g.key = h.key)
+                         AND NOT EXISTS (
+                             SELECT 1 FROM {records} r
+                             WHERE r.key = h.key AND r.expires_at > c.now
+                         )
+                 )
+                 SELECT count(*) AS purged FROM gone"
+            ),
+        }
+    }
+}
+
+impl PostgresStore {
+    /// Connects to `url` (a `postgres://` URL or a `key=value` connection string) with
+    /// the default options, creating or migrating the store's tables.
+    ///
+    /// Fails with [`StoreError::Unavailable`] if the server cannot be reached within the
+    /// connect timeout (5 s unless the URL sets `connect_timeout`).
+    pub async fn connect(url: &str) -> Result<PostgresStore, StoreError> {
+        Self::builder(url).connect().await
+    }
+
+    /// Options for a store at `url`: table prefix, schema, pool size, timeouts.
+    pub fn builder(url: &str) -> PostgresStoreBuilder {
+        PostgresStoreBuilder {
+            url: url.to_owned(),
+            schema: None,
+            prefix: DEFAULT_TABLE_PREFIX.to_owned(),
+            max_connections: None,
+            connect_timeout: None,
+            operation_timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// Creates the tables, or brings them to the current version, under a transaction-
+    /// scoped advisory lock: concurrent connects wait for each other instead of racing on
+    /// `CREATE ... IF NOT EXISTS`. Tables already current need neither the lock nor any
+    /// DDL, so a role without `CREATE` privileges can connect once they exist.
+    async fn migrate(&self, names: &Names) -> Result<(), StoreError> {
+        let step = |what: &'static str| move |e: tokio_postgres::Error| unavailable(what, &e);
+        let migrations = names.migrations();
+        let latest = i32::try_from(migrations.len()).unwrap_or(i32::MAX);
+        let mut client = self.client().await?;
+        if schema_version(&**client, names).await? == latest {
+            return Ok(());
+        }
+        let tx = client
+            .transaction()
+            .await
+            .map_err(step("starting the migration"))?;
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+            &[&MIGRATION_LOCK],
+        )
+        .await
+        .map_err(step("taking the migration lock"))?;
+        let version_table = &names.version;
+        let mut setup = String::new();
+        if let Some(schema) = &names.schema {
+            let exists = tx
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)",
+                    &[schema],
+                )
+                .await
+                .map_err(step("looking up the schema"))?;
+            if !get::<bool>(&exists, "exists")? {
+                setup.push_str(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\";"));
+            }
+        }
+        setup.push_str(&format!(
+            "CREATE TABLE IF NOT EXISTS {version_table} (
+                 singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+                 version integer NOT NULL
+             );"
+        ));
+        tx.batch_execute(&setup)
+            .await
+            .map_err(step("creating the schema-version table"))?;
+        // Read again under the lock: another process may have migrated meanwhile.
+        let current = schema_version(&*tx, names).await?;
+        if current > latest {
+            return Err(StoreError::Unavailable(format!(
+                "postgres: the tables `{}*` are at schema version {current}, newer than \
+                 this version of tool-contracts understands ({latest}); upgrade it",
+                names.display()
+            )));
+        }
+        for migration in migrations
+            .iter()
+            .skip(usize::try_from(current).unwrap_or(0))
+        {
+            tx.batch_execute(migration)
+                .await
+                .map_err(step("migrating the tables"))?;
+        }
+        if current < latest {
+            tx.execute(
+                &format!(
+                    "INSERT INTO {version_table} (singleton, version) VALUES (true, $1)
+                     ON CONFLICT (singleton) DO UPDATE SET version = EXCLUDED.version"
+                ),
+                &[&latest],
+            )
+            .await
+            .map_err(step("recording the schema version"))?;
+        }
+        tx.commit().await.map_err(step("committing the migration"))
+    }
+
+    async fn client(&self) -> Result<Object, StoreError> {
+        self.pool
+            .get()
+            .await
+            .map_err(|e| unavailable("getting a connection", &e))
+    }
+
+    /// Runs `op`, answering [`StoreError::Unavailable`] if it takes longer than the
+    /// operation timeout.
+    async fn timed<T>(
+        &self,
+        what: &str,
+        op: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(self.operation_timeout, op).await {
+            Ok(result) => result,
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "postgres {what}: no answer within {:?}",
+                self.operation_timeout
+            ))),
+        }
+    }
+
+    /// Runs one prepared (and per-connection cached) statement and returns its rows.
+    async fn query(
+        &self,
+        what: &str,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, StoreError> {
+        self.timed(what, async {
+            let client = self.client().await?;
+            let statement = client
+                .prepare_cached(sql)
+                .await
+                .map_err(|e| unavailable(what, &e))?;
+            client
+                .query(&statement, params)
+                .await
+                .map_err(|e| unavailable(what, &e))
+        })
+        .await
+    }
+
+    /// Runs one prepared statement and returns how many rows it changed.
+    async fn execute(
+        &self,
+        what: &str,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64, StoreError> {
+        self.timed(what, async {
+            let client = self.client().await?;
+            let statement = client
+                .prepare_cached(sql)
+                .await
+                .map_err(|e| unavailable(what, &e))?;
+            client
+                .execute(&statement, params)
+                .await
+                .map_err(|e| unavailable(what, &e))
+        })
+        .await
+    }
+
+    /// Runs a fenced statement: one changed row means `token` held the key.
+    async fn fenced(
+        &self,
+        what: &str,
+        sql: &str,
+        key: &str,
+        token: u64,
+        extra: &[&(dyn ToSql + Sync)],
+    ) -> Result<(), StoreError> {
+        // Tokens come from a bigint sequence: one beyond i64 was never issued.
+        let Ok(db_token) = i64::try_from(token) else {
+            return Err(StoreError::LeaseLost { token });
+        };
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&key, &db_token];
+        params.extend_from_slice(extra);
+        match self.execute(what, sql, &params).await? {
+            0 => Err(StoreError::LeaseLost { token }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Claims `req.key`, or with `stale` also takes over the claim held under that token
+    /// if its lease ran out.
+    ///
+    /// The statement answers from its snapshot when it wins nothing. A writer that
+    /// committed after the snapshot was taken can make that answer wrong in two ways:
+    /// no row (a concurrent first claim we then conflicted with), or a row this statement
+    /// would have taken (an expired result or the stale claim, already taken by someone
+    /// else). Both mean "look again": the retry runs with a newer snapshot.
+    async fn claim_or_takeover(
+        &self,
+        req: ClaimRequest<'_>,
+        stale: Option<u64>,
+    ) -> Result<ClaimOutcome, StoreError> {
+        let (sql, what) = match stale {
+            Some(_) => (&self.sql.takeover, "takeover"),
+            None => (&self.sql.claim, "claim"),
+        };
+        let lease = micros(req.lease);
+        let lifetime = micros(req.ttl.max(req.lease));
+        // A stale token beyond i64 was never issued, so nothing can be taken over with it.
+        let db_stale: Option<i64> = stale.and_then(|t| i64::try_from(t).ok());
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![
+            &req.key,
+            &req.tool,
+            &req.scope,
+            &req.fingerprint,
+            &req.args,
+            &req.worker,
+            &lease,
+            &lifetime,
+        ];
+        if stale.is_some() {
+            params.push(&db_stale);
+        }
+        for attempt in 0..CLAIM_ATTEMPTS {
+            if attempt > 0 {
+                tracing::debug!(
+                    key = req.key,
+                    attempt,
+                    "postgres {what} raced a writer; retrying"
+                );
+            }
+            let rows = self.query(what, sql, &params).await?;
+            let Some(row) = rows.first() else {
+                continue;
+            };
+            let acquired: bool = get(row, "acquired")?;
+            if acquired {
+                return Ok(ClaimOutcome::Acquired {
+                    token: token(row, "token")?,
+                });
+            }
+            let now: SystemTime = get(row, "now")?;
+            let record = record(row)?;
+            match record.state {
+                RecordState::Completed { .. } if record.expires_at <= now => continue,
+                RecordState::Completed { .. } => return Ok(ClaimOutcome::Completed(record)),
+                RecordState::InProgress {
+                    token,
+                    lease_expires_at,
+                } => {
+                    if lease_expires_at > now {
+                        return Ok(ClaimOutcome::InProgress {
+                            fingerprint: record.fingerprint,
+                            lease_remaining: lease_expires_at
+                                .duration_since(now)
+                                .unwrap_or(Duration::ZERO),
+                        });
+                    }
+                    if stale == Some(token) {
+                        continue;
+                    }
+                    return Ok(ClaimOutcome::Abandoned {
+                        token,
+                        fingerprint: record.fingerprint,
+                    });
+                }
+            }
+        }
+        Err(StoreError::Unavailable(format!(
+            "postgres {what}: key {:?} kept changing under {CLAIM_ATTEMPTS} attempts",
+            req.key
+        )))
+    }
+}
+
+/// The version the store's tables are at: 0 if they do not exist yet.
+async fn schema_version(
+    client: &impl tokio_postgres::GenericClient,
+    names: &Names,
+) -> Result<i32, StoreError> {
+    let table = &names.version;
+    let exists = client
+        .query_one("SELECT to_regclass($1) IS NOT NULL AS exists", &[table])
+        .await
+        .map_err(|e| unavailable("looking up the schema-version table", &e))?;
+    if !get::<bool>(&exists, "exists")? {
+        return Ok(0);
+    }
+    let row = client
+        .query_opt(&format!("SELECT version FROM {table}"), &[])
+        .await
+        .map_err(|e| unavailable("reading the schema version", &e))?;
+    match row {
+        Some(row) => get(&row, "version"),
+        None => Ok(0),
+    }
+}
+
+/// A duration as whole microseconds for SQL, capped at [`MAX_MICROS`].
+fn micros(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).map_or(MAX_MICROS, |us| us.min(MAX_MICROS))
+}
+
+/// The error and its causes on one line. tokio-postgres prints only "db error" for a
+/// server error: the server's message is in the source chain.
+fn describe(err: &(dyn StdError + 'static)) -> String {
+    let mut message = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        source = cause.source();
+    }
+    message
+}
+
+fn unavailable(what: &str, err: &(dyn StdError + 'static)) -> StoreError {
+    StoreError::Unavailable(format!("postgres {what}: {}", describe(err)))
+}
+
+fn corrupt(what: &str, err: &(dyn StdError + 'static)) -> StoreError {
+    StoreError::Corrupt(format!("postgres: {what}: {}", describe(err)))
+}
+
+/// Reads a column, answering [`StoreError::Corrupt`] if it is missing or mistyped.
+fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
+    row: &'a Row,
+    column: &str,
+) -> Result<T, StoreError> {
+    row.try_get(column)
+        .map_err(|e| corrupt(&format!("column `{column}`"), &e))
+}
+
+/// Reads a fencing token: issued by the sequence, so never negative.
+fn token(row: &Row, column: &str) -> Result<u64, StoreError> {
+    let raw: i64 = get(row, column)?;
+    u64::try_from(raw)
+        .map_err(|_| StoreError::Corrupt(format!("postgres: negative fencing token {raw}")))
+}
+
+/// Reads a record row (the columns of [`RECORD_COLUMNS`]), checking that its state is
+/// known and has the fields that state needs.
+fn record(row: &Row) -> Result<Record, StoreError> {
+    let key: String = get(row, "key")?;
+    let state: String = get(row, "state")?;
+    let missing = |column: &str| {
+        StoreError::Corrupt(format!(
+            "postgres: record {key:?} is {state} but has no {column}"
+        ))
+    };
+    let record_state = match state.as_str() {
+        "in_progress" => RecordState::InProgress {
+            token: token(row, "token")?,
+            lease_expires_at: get::<Option<SystemTime>>(row, "lease_expires_at")?
+                .ok_or_else(|| missing("lease_expires_at"))?,
+        },
+        "completed" => RecordState::Completed {
+            result: get::<Option<String>>(row, "result")?.ok_or_else(|| missing("result"))?,
+            is_error: get(row, "is_error")?,
+            completed_at: get::<Option<SystemTime>>(row, "completed_at")?
+                .ok_or_else(|| missing("completed_at"))?,
+        },
+        other => {
+            return Err(StoreError::Corrupt(format!(
+                "postgres: record {key:?} has unknown state {other:?}"
+            )))
+        }
+    };
+    Ok(Record {
+        tool: get(row, "tool")?,
+        scope: get(row, "scope")?,
+        fingerprint: get(row, "fingerprint")?,
+        args: get(row, "args")?,
+        state: record_state,
+        created_at: get(row, "created_at")?,
+        expires_at: get(row, "expires_at")?,
+        key,
+    })
+}
+
+#[async_trait::async_trait]
+impl Store for PostgresStore {
+    async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+        self.claim_or_takeover(req, None).await
+    }
+
+    async fn takeover(
+        &self,
+        req: ClaimRequest<'_>,
+        stale_token: u64,
+    ) -> Result<ClaimOutcome, StoreError> {
+        self.claim_or_takeover(req, Some(stale_token)).await
+    }
+
+    async fn complete(
+        &self,
+        key: &str,
+        token: u64,
+        completion: Completion<'_>,
+    ) -> Result<(), StoreError> {
+        let ttl = micros(completion.ttl);
+        let extra: [&(dyn ToSql + Sync); 3] = [&completion.result, &completion.is_error, &ttl];
+        self.fenced("complete", &self.sql.complete, key, token, &extra)
+            .await
+    }
+
+    async fn release(&self, key: &str, token: u64) -> Result<(), StoreError> {
+        self.fenced("release", &self.sql.release, key, token, &[])
+            .await
+    }
+
+    async fn renew(&self, key: &str, token: u64, lease: Duration) -> Result<(), StoreError> {
+        let lease = micros(lease);
+        self.fenced("renew", &self.sql.renew, key, token, &[&lease])
+            .await
+    }
+
+    async fn abandon(&self, key: &str, token: u64) -> Result<(), StoreError> {
+        self.fenced("abandon", &self.sql.abandon, key, token, &[])
+            .await
+    }
+
+    async fn lookup(&self, key: &str) -> Result<Option<Record>, StoreError> {
+        let rows = self.query("lookup", &self.sql.lookup, &[&key]).await?;
+        rows.first().map(record).transpose()
+    }
+
+    async fn pending(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self.query("pending", &self.sql.pending, &[&limit]).await?;
+        rows.iter().map(record).collect()
+    }
+
+    async fn resolve(
+        &self,
+        key: &str,
+        resolution: Resolution<'_>,
+        kind: HistoryKind,
+        worker: &str,
+    ) -> Result<(), StoreError> {
+        let kind = kind.as_str();
+        let changed = match resolution {
+            Resolution::Complete { result, ttl } => {
+                let ttl = micros(ttl);
+                self.execute(
+                    "resolve",
+                    &self.sql.resolve_complete,
+                    &[&key, &result, &ttl, &kind, &worker],
+                )
+                .await?
+            }
+            Resolution::Release => {
+                self.execute(
+                    "resolve",
+                    &self.sql.resolve_release,
+                    &[&key, &kind, &worker],
+                )
+                .await?
+            }
+        };
+        match changed {
+            0 => Err(StoreError::NotPending),
+            _ => Ok(()),
+        }
+    }
+
+    async fn history(&self, key: &str) -> Result<Vec<HistoryEvent>, StoreError> {
+        let rows = self.query("history", &self.sql.history, &[&key]).await?;
+        rows.iter()
+            .map(|row| {
+                let kind: String = get(row, "kind")?;
+                Ok(HistoryEvent {
+                    at: get(row, "at")?,
+                    kind: HistoryKind::parse(&kind).ok_or_else(|| {
+                        StoreError::Corrupt(format!(
+                            "postgres: history of {key:?} has unknown event kind {kind:?}"
+                        ))
+                    })?,
+                    token: token(row, "token")?,
+                    worker: get(row, "worker")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn purge_expired(&self) -> Result<u64, StoreError> {
+        let rows = self.query("purge", &self.sql.purge, &[]).await?;
+        let purged: i64 = match rows.first() {
+            Some(row) => get(row, "purged")?,
+            None => 0,
+        };
+        u64::try_from(purged)
+            .map_err(|_| StoreError::Corrupt(format!("postgres: purge counted {purged} rows")))
+    }
+}

@@ -1,0 +1,67 @@
+//! Picking a store from a URL, for configuration files and the operator CLI.
+
+use std::sync::Arc;
+
+use super::{MemoryStore, Store, StoreError};
+
+/// Opens the store a URL names:
+///
+/// | URL | store |
+/// |---|---|
+/// | `memory:` | [`MemoryStore`] (this process only) |
+/// | `sqlite:PATH` or `sqlite://PATH` | `SqliteStore` (feature `sqlite`) |
+/// | `redis://…`, `rediss://…` | `RedisStore` (feature `redis`) |
+/// | `postgres://…`, `postgresql://…` | `PostgresStore` (feature `postgres`) |
+///
+/// A scheme whose feature was not compiled in is a clear error naming the feature.
+pub async fn open(url: &str) -> Result<Arc<dyn Store>, StoreError> {
+    let (scheme, rest) = url.split_once(':').unwrap_or((url, ""));
+    match scheme {
+        "memory" => Ok(Arc::new(MemoryStore::new())),
+        "sqlite" => open_sqlite(rest.strip_prefix("//").unwrap_or(rest)).await,
+        "redis" | "rediss" => open_redis(url).await,
+        "postgres" | "postgresql" => open_postgres(url).await,
+        _ => Err(StoreError::Unavailable(format!(
+            "unknown store URL {url:?}: use memory:, sqlite:PATH, redis://HOST:PORT or postgres://USER@HOST/DB"
+        ))),
+    }
+}
+
+#[cfg(not(all(feature = "sqlite", feature = "redis", feature = "postgres")))]
+fn missing(feature: &str) -> StoreError {
+    StoreError::Unavailable(format!(
+        "this build has no {feature} store: enable the `{feature}` feature of tool-contracts"
+    ))
+}
+
+#[cfg(feature = "sqlite")]
+async fn open_sqlite(path: &str) -> Result<Arc<dyn Store>, StoreError> {
+    if path.is_empty() {
+        return Err(StoreError::Unavailable(
+            "sqlite: URL without a path: write sqlite:/var/lib/app/keys.db".to_owned(),
+        ));
+    }
+    Ok(Arc::new(super::SqliteStore::open(path).await?))
+}
+#[cfg(not(feature = "sqlite"))]
+async fn open_sqlite(_: &str) -> Result<Arc<dyn Store>, StoreError> {
+    Err(missing("sqlite"))
+}
+
+#[cfg(feature = "redis")]
+async fn open_redis(url: &str) -> Result<Arc<dyn Store>, StoreError> {
+    Ok(Arc::new(super::RedisStore::connect(url).await?))
+}
+#[cfg(not(feature = "redis"))]
+async fn open_redis(_: &str) -> Result<Arc<dyn Store>, StoreError> {
+    Err(missing("redis"))
+}
+
+#[cfg(feature = "postgres")]
+async fn open_postgres(url: &str) -> Result<Arc<dyn Store>, StoreError> {
+    Ok(Arc::new(super::PostgresStore::connect(url).await?))
+}
+#[cfg(not(feature = "postgres"))]
+async fn open_postgres(_: &str) -> Result<Arc<dyn Store>, StoreError> {
+    Err(missing("postgres"))
+}

@@ -1,0 +1,429 @@
+//! `PostgresStore` passes the store conformance suite, survives concurrent migrations,
+//! and fails closed when the server is unreachable or a row is corrupt.
+//!
+//! Needs a server: `TOOL_CONTRACTS_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/test`.
+//! Every test works in a schema of its own and drops it when it passes.
+#![cfg(feature = "postgres")]
+
+mod conformance;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tool_contracts_runtime::store::{ClaimOutcome, ClaimRequest, PostgresStore, Store, StoreError};
+
+/// The server URL, or `None` (after saying so) when the suite should be skipped.
+fn url() -> Option<String> {
+    match std::env::var("TOOL_CONTRACTS_POSTGRES_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            if std::env::var_os("CI").is_some() {
+                panic!("backend suite skipped in CI: set TOOL_CONTRACTS_POSTGRES_URL");
+            }
+            eprintln!(
+                "skipped: set TOOL_CONTRACTS_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/test \
+                 to run the PostgreSQL store suite"
+            );
+            None
+        }
+    }
+}
+
+/// A schema name no other run uses (PostgreSQL identifiers: lowercase, digits, `_`).
+fn unique_schema(what: &str) -> String {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "tc_test_{what}_{}_{nanos}_{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A raw connection, for what the store API deliberately cannot do.
+async fn raw(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+async fn drop_schema(url: &str, schema: &str) {
+    raw(url)
+        .await
+        .batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+        .await
+        .unwrap();
+}
+
+fn req(key: &str) -> ClaimRequest<'_> {
+    ClaimRequest {
+        key,
+        tool: "pg_tool",
+        scope: None,
+        fingerprint: "fp",
+        args: "{}",
+        lease: Duration::from_secs(30),
+        ttl: Duration::from_secs(60),
+        worker: "pg-test-worker",
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_store_passes_the_conformance_suite() {
+    let Some(url) = url() else { return };
+    let schema = unique_schema("conf");
+    let store = PostgresStore::builder(&url)
+        .schema(&schema)
+        .table_prefix("conformance_")
+        .connect()
+        .await
+        .unwrap();
+    conformance::run_all(Arc::new(store), &conformance::unique("pg")).await;
+    drop_schema(&url, &schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_first_connects_both_create_the_schema() {
+    let Some(url) = url() else { return };
+    let schema = unique_schema("race");
+    let connect = || PostgresStore::builder(&url).schema(&schema).connect();
+    let (a, b) = tokio::join!(connect(), connect());
+    let (a, b) = (a.unwrap(), b.unwrap());
+    // Both see the same tables: a claim through one is held against the other.
+    let token = match a.claim(req("shared")).await.unwrap() {
+        ClaimOutcome::Acquired { token } => token,
+        other => panic!("{other:?}"),
+    };
+    assert!(matches!(
+        b.claim(req("shared")).await.unwrap(),
+        ClaimOutcome::InProgress { .. }
+    ));
+    b.release("shared", token).await.unwrap();
+    // Connecting again to migrated tables is a no-op.
+    PostgresStore::builder(&url)
+        .schema(&schema)
+        .connect()
+        .await
+        .unwrap();
+    drop_schema(&url, &schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_server_is_unavailable_within_the_connect_timeout() {
+    if url().is_none() {
+        return;
+    }
+    let started = Instant::now();
+    let result = PostgresStore::builder("postgres://postgres@127.0.0.1:1/test")
+        .connect_timeout(Duration::from_secs(2))
+        .connect()
+        .await;
+    match result {
+        Err(StoreError::Unavailable(message)) => {
+            assert!(message.contains("postgres"), "{message}")
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_table_prefix_is_refused_before_it_reaches_sql() {
+    if url().is_none() {
+        return;
+    }
+    let result = PostgresStore::builder("postgres://postgres@127.0.0.1:1/test")
+        .table_prefix("x\"; DROP TABLE users; --")
+        .connect()
+        .await;
+    match result {
+        Err(StoreError::Unavailable(message)) => {
+            assert!(message.contains("table prefix"), "{message}")
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupted_row_is_reported_corrupt_not_trusted() {
+    let Some(url) = url() else { return };
+    let schema = unique_schema("corrupt");
+    let store = PostgresStore::builder(&url)
+        .schema(&schema)
+        .connect()
+        .await
+        .unwrap();
+    let token = match store.claim(req("victim")).await.unwrap() {
+        ClaimOutcome::Acquired { token } => token,
+        other => panic!("{other:?}"),
+    };
+    store
+        .complete(
+            "victim",
+            token,
+            tool_contracts_runtime::store::Completion {
+                result: "1",
+                is_error: false,
+                ttl: Duration::from_secs(60),
+            },
+        )
+        .await
+        .unwrap();
+    raw(&url)
+        .await
+        .execute(
+            &format!(
+                "UPDATE \"{schema}\".tool_contracts_records SET state = 'garbage' \
+                 WHERE key = 'victim'"
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    for result in [
+        store.claim(req("victim")).await.map(|_| ()),
+        store.lookup("victim").await.map(|_| ()),
+    ] {
+        match result {
+            Err(StoreError::Corrupt(message)) => {
+                assert!(message.contains("garbage"), "{message}")
+            }
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+    }
+    drop_schema(&url, &schema).await;
+}
+
+async fn acquire(store: &dyn Store, r: ClaimRequest<'_>) -> u64 {
+    match store.claim(r).await.unwrap() {
+        ClaimOutcome::Acquired { token } => token,
+        other => panic!("expected Acquired, got {other:?}"),
+    }
+}
+
+/// Runs `attempts` concurrently and returns how many acquired; the rest must be
+/// `InProgress` (a loser that answered from an out-of-date snapshot would say otherwise).
+async fn winners<F, Fut>(attempts: usize, attempt: F) -> usize
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<ClaimOutcome, StoreError>> + Send + 'static,
+{
+    let tasks: Vec<_> = (0..attempts).map(|_| tokio::spawn(attempt())).collect();
+    let mut won = 0;
+    for task in tasks {
+        match task.await.unwrap().unwrap() {
+            ClaimOutcome::Acquired { .. } => won += 1,
+            ClaimOutcome::InProgress { .. } => {}
+            other => panic!("a loser must see the winner's claim, got {other:?}"),
+        }
+    }
+    won
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_reclaims_of_an_expired_result_have_one_winner() {
+    let Some(url) = url() else { return };
+    let schema = unique_schema("reclaim");
+    let store: Arc<dyn Store> = Arc::new(
+        PostgresStore::builder(&url)
+            .schema(&schema)
+            .max_connections(16)
+            .connect()
+            .await
+            .unwrap(),
+    );
+    for round in 0..5 {
+        let key = format!("expired-{round}");
+        let token = acquire(&*store, req(&key)).await;
+        let short = tool_contracts_runtime::store::Completion {
+            result: "1",
+            is_error: false,
+            ttl: Duration::from_millis(50),
+        };
+        store.complete(&key, token, short).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let won = winners(24, || {
+            let (store, key) = (Arc::clone(&store), key.clone());
+            async move { store.claim(req(&key)).await }
+        })
+        .await;
+        assert_eq!(
+            won, 1,
+            "round {round}: exactly one reclaim of an expired result wins"
+        );
+    }
+    drop_schema(&url, &schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_takeovers_of_an_abandoned_claim_have_one_winner() {
+    let Some(url) = url() else { return };
+    let schema = unique_schema("takeover");
+    let store: Arc<dyn Store> = Arc::new(
+        PostgresStore::builder(&url)
+            .schema(&schema)
+            .max_connections(16)
+            .connect()
+            .await
+            .unwrap(),
+    );
+    for round in 0..5 {
+        let key = format!("abandoned-{round}");
+        let stale = acquire(&*store, req(&key)).await;
+        store.abandon(&key, stale).await.unwrap();
+        let won = winners(24, || {
+            let (store, key) = (Arc::clone(&store), key.clone());
+            async move { store.takeover(req(&key), stale).await }
+        })
+        .await;
+        assert_eq!(won, 1, "round {round}: exactly one takeover wins");
+        let history = store.history(&key).await.unwrap();
+        let kinds: Vec<&str> = history.iter().map(|e| e.kind.as_str()).collect();
+        assert_eq!(kinds, ["claimed", "abandoned", "taken_over"]);
+    }
+    drop_schema(&url, &schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn released_history_outlives_the_release_and_is_purged_after_its_expiry() {
+    let Some(url) = url() else { return };
+    // No schema: the tables go to the search path, named by the prefix alone.
+    let prefix = format!("{}_", unique_schema("hist"));
+    let store = PostgresStore::builder(&url)
+        .table_prefix(&prefix[..prefix.len().min(40)])
+        .connect()
+        .await
+        .unwrap();
+    let prefix = &prefix[..prefix.len().min(40)];
+    let mut short = req("released");
+    short.lease = Duration::from_millis(100);
+    short.ttl = Duration::from_millis(100);
+    let token = acquire(&store, short).await;
+    store.release("released", token).await.unwrap();
+    let live = acquire(&store, req("live")).await;
+    assert_eq!(
+        store.history("released").await.unwrap().len(),
+        2,
+        "kept after release"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(store.purge_expired().await.unwrap(), 0, "no record expired");
+    assert!(
+        store.history("released").await.unwrap().is_empty(),
+        "purged after expiry"
+    );
+    assert_eq!(
+        store.history("live").await.unwrap().len(),
+        1,
+        "a live key keeps its history"
+    );
+    store.release("live", live).await.unwrap();
+    raw(&url)
+        .await
+        .batch_execute(&format!(
+            "DROP TABLE \"{prefix}records\", \"{prefix}history\", \"{prefix}schema_version\";
+             DROP SEQUENCE \"{prefix}token_seq\";"
+        ))
+        .await
+        .unwrap();
+}
+
+/// Runs `sql` in a transaction on a raw connection and keeps it open while `start`
+/// launches a store operation; commits once that operation is blocked on the
+/// transaction's row lock, and returns what it answered: the answer must reflect the
+/// committed write, not the operation's older snapshot.
+async fn race_with_open_transaction(
+    url: &str,
+    sql: &str,
+    start: impl FnOnce() -> tokio::task::JoinHandle<Result<ClaimOutcome, StoreError>>,
+) -> ClaimOutcome {
+    let mut client = raw(url).await;
+    let tx = client.transaction().await.unwrap();
+    tx.batch_execute(sql).await.unwrap();
+    let op = start();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !op.is_finished(),
+        "the store's statement waits for the row lock"
+    );
+    tx.commit().await.unwrap();
+    op.await.unwrap().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_that_wait_on_a_concurrent_writer_answer_with_its_write() {
+    let Some(url) = url() else { return };
+    let schema = unique_schema("snapshot");
+    let store: Arc<dyn Store> = Arc::new(
+        PostgresStore::builder(&url)
+            .schema(&schema)
+            .connect()
+            .await
+            .unwrap(),
+    );
+    let records = format!("\"{schema}\".tool_contracts_records");
+    let seq = format!("\"{schema}\".tool_contracts_token_seq");
+    let spawn_claim = |key: &'static str, stale: Option<u64>| {
+        let store = Arc::clone(&store);
+        tokio::spawn(async move {
+            match stale {
+                Some(stale) => store.takeover(req(key), stale).await,
+                None => store.claim(req(key)).await,
+            }
+        })
+    };
+    let claim_in_tx = |key: &str| {
+        format!(
+            "INSERT INTO {records} (key, tool, fingerprint, args, worker, state, token,
+                 lease_expires_at, created_at, expires_at)
+             VALUES ('{key}', 't', 'other', '{{}}', 'raw', 'in_progress', nextval('{seq}'),
+                 now() + interval '30 s', now(), now() + interval '60 s')"
+        )
+    };
+    let take_in_tx = |key: &str| {
+        format!(
+            "UPDATE {records} SET state = 'in_progress', token = nextval('{seq}'),
+                 fingerprint = 'other', lease_expires_at = clock_timestamp() + interval '30 s',
+                 result = NULL, completed_at = NULL
+             WHERE key = '{key}'"
+        )
+    };
+    let expect_other = |outcome: ClaimOutcome| match outcome {
+        ClaimOutcome::InProgress { fingerprint, .. } => assert_eq!(fingerprint, "other"),
+        other => panic!("expected the concurrent writer's claim, got {other:?}"),
+    };
+
+    // A first claim racing another first claim (the INSERT conflicts after waiting).
+    let op = || spawn_claim("absent", None);
+    expect_other(race_with_open_transaction(&url, &claim_in_tx("absent"), op).await);
+
+    // A claim of an expired result racing another reclaim of it.
+    let token = acquire(&*store, req("expired")).await;
+    let short = tool_contracts_runtime::store::Completion {
+        result: "1",
+        is_error: false,
+        ttl: Duration::from_millis(10),
+    };
+    store.complete("expired", token, short).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let op = || spawn_claim("expired", None);
+    expect_other(race_with_open_transaction(&url, &take_in_tx("expired"), op).await);
+
+    // A takeover racing another takeover of the same stale claim.
+    let stale = acquire(&*store, req("stale")).await;
+    store.abandon("stale", stale).await.unwrap();
+    let op = || spawn_claim("stale", Some(stale));
+    expect_other(race_with_open_transaction(&url, &take_in_tx("stale"), op).await);
+
+    drop_schema(&url, &schema).await;
+}
