@@ -1,1 +1,1065 @@
-//! placeholder: being written
+//! A Redis store: claims and results shared by a fleet of workers.
+//!
+//! # Guarantees
+//!
+//! Every state change is ONE Lua script run with `EVALSHA` (the `redis` crate loads it
+//! again after a `NOSCRIPT`), so it is atomic with respect to every other operation and
+//! costs one round trip: a first call is one claim and one completion, a replay one claim.
+//! Scripts read the clock with `redis.call('TIME')`, so leases and expiry follow the
+//! server's clock and a worker with a skewed clock cannot steal another's lease.
+//! Fencing tokens come from one counter key (`INCR`), never reused for any key even after
+//! a release or purge.
+//!
+//! # Durability
+//!
+//! What Redis gives: with `appendonly yes` and `appendfsync always` a claim survives a
+//! crash of the server; with the defaults (RDB snapshots or `appendfsync everysec`) the
+//! last second or more of claims and results can be lost, and a lost claim lets a retry
+//! run the tool again. Replication to a replica is asynchronous: a failover can lose
+//! acknowledged writes (`WAIT` is not used). Run the server with
+//! `maxmemory-policy noeviction`: an evicting policy may drop live records (they carry a
+//! TTL), which again lets a retry run twice. Fencing tokens are unique only while the
+//! counter key survives: a `FLUSHDB` or a failover that loses it restarts them.
+//!
+//! # Keys
+//!
+//! With the prefix `{prefix}` (default `tc:`; give each tenant or test run its own):
+//!
+//! | key | type | what |
+//! | --- | --- | --- |
+//! | `{prefix}r:{key}` | hash | the record of one idempotency key (fields below) |
+//! | `{prefix}h:{key}` | list | its history, one `kind\|token\|at_ms\|worker` entry per event, oldest first |
+//! | `{prefix}pending` | sorted set | keys of in-progress records, scored by creation time (ms) |
+//! | `{prefix}expiry` | sorted set | keys of records, scored by expiry time (ms), read by the purge |
+//! | `{prefix}token` | string | the store-wide fencing token counter (never expires) |
+//!
+//! So the record of `order-42` is the hash `tc:r:order-42`. Idempotency keys are stored as
+//! their UTF-8 bytes; Redis keys are binary-safe, so any key works, and the `r:`/`h:`
+//! namespaces keep a key named `pending` or `token` from meeting the indexes.
+//!
+//! Record fields: `st` (`p` in progress, `c` completed), `tok` (fencing token), `lease`
+//! (ms, in progress only), `tool`, `scope` (absent for no scope), `fp`, `args`, `worker`,
+//! `created`, `expires` (ms), and once completed `result`, `err` (`0`/`1`), `done` (ms).
+//! Times are milliseconds since the Unix epoch by the server's clock. A hash with a
+//! missing or malformed field is answered with [`StoreError::Corrupt`].
+//!
+//! # Expiry
+//!
+//! Each record carries a Redis TTL (`PEXPIREAT` its `expires`), so Redis itself deletes
+//! expired records; the history list expires with (never before) its record. This differs
+//! from [`MemoryStore`](super::MemoryStore) in one way: an expired record is gone at once
+//! rather than at the next purge, so [`lookup`](Store::lookup) no longer returns it and an
+//! abandoned claim past its record's expiry is free. See
+//! [`purge_expired`](RedisStore#method.purge_expired) for what a purge still does.
+//!
+//! # Redis Cluster
+//!
+//! Not supported: every claim touches the record, the two indexes and the one token
+//! counter, and the listing and purge scripts build record keys from the prefix, so all
+//! keys must live on one node. The keys carry no hash tag (`{...}`) of their own: a
+//! prefix that is one, such as `{tc}:`, would put every key in one slot, but the
+//! connection is not a cluster client either. Use a standalone server (or a primary with replicas behind
+//! Sentinel, through a URL that names the current primary). Requires Redis 5.0 or later
+//! (scripts that read `TIME` before writing rely on effect replication).
+
+use core::time::Duration;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{RedisError, Script, Value};
+
+use super::{
+    ClaimOutcome, ClaimRequest, Completion, HistoryEvent, HistoryKind, Record, RecordState,
+    Resolution, Store, StoreError,
+};
+
+/// The default key prefix.
+const DEFAULT_PREFIX: &str = "tc:";
+
+/// The longest lease or TTL sent to Redis: about 100 years. Longer durations are clamped,
+/// so `now + duration` stays an exact integer in Lua's doubles (below 2^53 ms).
+const MAX_DURATION_MS: u64 = 100 * 365 * 24 * 60 * 60 * 1000;
+// Any time until the year 2100 (4.2e12 ms) plus the longest duration stays below 2^53.
+const _: () = assert!(4_200_000_000_000 + MAX_DURATION_MS < 1 << 53);
+
+/// How many index entries one purge script handles, so one call never blocks the server
+/// for long; `purge_expired` runs it until the work is done.
+const PURGE_BATCH: usize = 500;
+
+/// The error code the scripts use for a malformed record.
+const CORRUPT_CODE: &str = "TC_CORRUPT";
+
+/// Helpers shared by every script. Kept to plain Lua 5.1 and commands of Redis 5.0.
+const PRELUDE: &str = r#"
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function fmt(n) return string.format('%d', n) end
+-- A decimal of at most 15 digits (exact in Lua's doubles), else nil.
+local function uint(v)
+  if type(v) == 'string' and #v <= 15 and string.find(v, '^%d+$') then return tonumber(v) end
+  return nil
+end
+-- The record at rk: nil if absent; nil and an error reply if malformed. Checks only the
+-- fields the scripts decide on; the client checks the rest when it reads the record.
+local function read_record(rk)
+  local flat = redis.call('HGETALL', rk)
+  if #flat == 0 then return nil end
+  local h = {}
+  for i = 1, #flat, 2 do h[flat[i]] = flat[i + 1] end
+  local r = { flat = flat, st = h.st, tok = h.tok, fp = h.fp, worker = h.worker,
+              created = uint(h.created), expires = uint(h.expires), lease = uint(h.lease) }
+  local bad
+  if r.st ~= 'p' and r.st ~= 'c' then bad = 'st'
+  elseif type(r.tok) ~= 'string' or #r.tok > 20 or not string.find(r.tok, '^[1-9]%d*$') then bad = 'tok'
+  elseif not r.created then bad = 'created'
+  elseif not r.expires then bad = 'expires'
+  elseif r.st == 'p' and not r.lease then bad = 'lease'
+  elseif type(r.fp) ~= 'string' then bad = 'fp'
+  elseif type(r.worker) ~= 'string' then bad = 'worker' end
+  if bad then
+    return nil, redis.error_reply('TC_CORRUPT field `' .. bad .. '` is missing or malformed')
+  end
+  return r
+end
+-- Keeps the history at hk until at least keep_until (never shortens it).
+local function keep(hk, keep_until, now)
+  local pttl = redis.call('PTTL', hk)
+  if pttl == -1 or (pttl >= 0 and now + pttl < keep_until) then
+    redis.call('PEXPIREAT', hk, keep_until)
+  end
+end
+local function log(hk, kind, tok, now, worker, keep_until)
+  redis.call('RPUSH', hk, kind .. '|' .. tok .. '|' .. fmt(now) .. '|' .. worker)
+  keep(hk, keep_until, now)
+end
+"#;
+
+/// Shared by claim and takeover.
+/// KEYS: 1 record, 2 history, 3 pending index, 4 expiry index, 5 token counter.
+/// ARGV: 1 key, 2 tool, 3 has scope (`0`/`1`), 4 scope, 5 fingerprint, 6 args,
+///       7 lease ms, 8 ttl ms, 9 worker, 10 stale token (takeover only).
+const CLAIM_PRELUDE: &str = r#"
+local function fresh(now, created, kind)
+  local lease = tonumber(ARGV[7])
+  local expires = now + math.max(tonumber(ARGV[8]), lease)
+  local tok = fmt(redis.call('INCR', KEYS[5]))
+  redis.call('DEL', KEYS[1])
+  redis.call('HSET', KEYS[1], 'st', 'p', 'tok', tok, 'lease', fmt(now + lease),
+    'tool', ARGV[2], 'fp', ARGV[5], 'args', ARGV[6], 'worker', ARGV[9],
+    'created', fmt(created), 'expires', fmt(expires))
+  if ARGV[3] == '1' then redis.call('HSET', KEYS[1], 'scope', ARGV[4]) end
+  redis.call('PEXPIREAT', KEYS[1], expires)
+  log(KEYS[2], kind, tok, now, ARGV[9], expires)
+  redis.call('ZADD', KEYS[3], created, ARGV[1])
+  redis.call('ZADD', KEYS[4], expires, ARGV[1])
+  return { 'acquired', tok }
+end
+local function existing(r, now)
+  if r.st == 'c' then return { 'completed', r.flat } end
+  if r.lease > now then return { 'in_progress', r.fp, fmt(r.lease - now) } end
+  return { 'abandoned', r.tok, r.fp }
+end
+"#;
+
+const CLAIM: &str = r#"
+local now = now_ms()
+local r, bad = read_record(KEYS[1])
+if bad then return bad end
+-- An expired result counts as absent (Redis normally deleted it already).
+if r and not (r.st == 'c' and r.expires <= now) then return existing(r, now) end
+return fresh(now, now, 'claimed')
+"#;
+
+const TAKEOVER: &str = r#"
+local now = now_ms()
+local r, bad = read_record(KEYS[1])
+if bad then return bad end
+if not r then return fresh(now, now, 'claimed') end
+local expired_result = r.st == 'c' and r.expires <= now
+local stale_claim = r.st == 'p' and r.lease <= now and r.tok == ARGV[10]
+if not (expired_result or stale_claim) then return existing(r, now) end
+-- The call is the same one, resumed: it keeps its place in the pending list.
+return fresh(now, r.created, 'taken_over')
+"#;
+
+/// KEYS: 1 record, 2 history, 3 pending index, 4 expiry index.
+/// ARGV: 1 key, 2 token, 3 result, 4 is error (`0`/`1`), 5 ttl ms.
+const COMPLETE: &str = r#"
+local now = now_ms()
+local r, bad = read_record(KEYS[1])
+if bad then return bad end
+if not r or r.st ~= 'p' or r.tok ~= ARGV[2] then return 'lease_lost' end
+local expires = now + tonumber(ARGV[5])
+redis.call('HDEL', KEYS[1], 'lease')
+redis.call('HSET', KEYS[1], 'st', 'c', 'result', ARGV[3], 'err', ARGV[4],
+  'done', fmt(now), 'expires', fmt(expires))
+log(KEYS[2], 'completed', r.tok, now, r.worker, expires)
+redis.call('PEXPIREAT', KEYS[1], expires)
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('ZADD', KEYS[4], expires, ARGV[1])
+return 'ok'
+"#;
+
+/// KEYS: 1 record, 2 history, 3 pending index, 4 expiry index. ARGV: 1 key, 2 token.
+const RELEASE: &str = r#"
+local now = now_ms()
+local r, bad = read_record(KEYS[1])
+if bad then return bad end
+if not r or r.st ~= 'p' or r.tok ~= ARGV[2] then return 'lease_lost' end
+redis.call('DEL', KEYS[1])
+-- The history outlives the record: it expires when the record would have.
+log(KEYS[2], 'released', r.tok, now, r.worker, r.expires)
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[1])
+return 'ok'
+"#;
+
+/// KEYS: 1 record, 2 history, 3 expiry index. ARGV: 1 key, 2 token, 3 lease ms.
+const RENEW: &str = r#"
+local now = now_ms()
+local r, bad = read_record(KEYS[1])
+if bad then return bad end
+if not r or r.st ~= 'p' or r.tok ~= ARGV[2] or r.lease <= now then return 'lease_lost' end
+local lease = now + tonumber(ARGV[3])
+redis.call('HSET', KEYS[1], 'lease', fmt(lease))
+if r.expires < lease then
+  redis.call('HSET', KEYS[1], 'expires', fmt(lease))
+  redis.call('PEXPIREAT', KEYS[1], lease)
+  redis.call('ZADD', KEYS[3], lease, ARGV[1])
+  keep(KEYS[2], lease, now)
+end
+return 'ok'
+"#;
+
+/// KEYS: 1 record, 2 history. ARGV: 1 key, 2 token.
+const ABANDON: &str = r#"
+local now = now_ms()
+local r, bad = read_record(KEYS[1])
+if bad then return bad end
+if not r or r.st ~= 'p' or r.tok ~= ARGV[2] then return 'lease_lost' end
+redis.call('HSET', KEYS[1], 'lease', fmt(now))
+log(KEYS[2], 'abandoned', r.tok, now, r.worker, r.expires)
+return 'ok'
+"#;
+
+/// KEYS: 1 record, 2 history, 3 pending index, 4 expiry index, 5 token counter.
+/// ARGV: 1 key, 2 history kind, 3 worker, 4 `complete` or `release`, 5 result, 6 ttl ms.
+const RESOLVE: &str = r#"
+local now = now_ms()
+local r, bad = read_record(KEYS[1])
+if bad then return bad end
+if not r or r.st ~= 'p' then return 'not_pending' end
+-- A new token fences out the holder and names the decision in the history.
+local tok = fmt(redis.call('INCR', KEYS[5]))
+redis.call('ZREM', KEYS[3], ARGV[1])
+if ARGV[4] == 'complete' then
+  local expires = now + tonumber(ARGV[6])
+  redis.call('HDEL', KEYS[1], 'lease')
+  redis.call('HSET', KEYS[1], 'st', 'c', 'tok', tok, 'result', ARGV[5], 'err', '0',
+    'done', fmt(now), 'expires', fmt(expires))
+  log(KEYS[2], ARGV[2], tok, now, ARGV[3], expires)
+  redis.call('PEXPIREAT', KEYS[1], expires)
+  redis.call('ZADD', KEYS[4], expires, ARGV[1])
+else
+  redis.call('DEL', KEYS[1])
+  log(KEYS[2], ARGV[2], tok, now, ARGV[3], r.expires)
+  redis.call('ZREM', KEYS[4], ARGV[1])
+end
+return 'ok'
+"#;
+
+/// KEYS: 1 record. A script rather than a bare `HGETALL` so the reply has one shape
+/// (a flat array) whatever protocol (RESP2 or RESP3) the connection speaks.
+const LOOKUP: &str = r#"
+return redis.call('HGETALL', KEYS[1])
+"#;
+
+/// KEYS: 1 pending index. ARGV: 1 prefix, 2 limit.
+/// Returns `{key, fields}` pairs, oldest first. Entries whose record is gone (expired by
+/// Redis) or completed are dropped from the index on the way; a malformed record is
+/// returned as it is, for the client to report.
+const PENDING: &str = r#"
+local limit = tonumber(ARGV[2])
+local out, stale, start = {}, {}, 0
+while #out < limit do
+  local ks = redis.call('ZRANGE', KEYS[1], start, start + 255)
+  if #ks == 0 then break end
+  for _, k in ipairs(ks) do
+    local flat = redis.call('HGETALL', ARGV[1] .. 'r:' .. k)
+    local st
+    for i = 1, #flat, 2 do if flat[i] == 'st' then st = flat[i + 1] end end
+    if #flat == 0 or st == 'c' then
+      stale[#stale + 1] = k
+    elseif #out < limit then
+      out[#out + 1] = { k, flat }
+    end
+  end
+  start = start + #ks
+end
+for _, k in ipairs(stale) do redis.call('ZREM', KEYS[1], k) end
+return out
+"#;
+
+/// KEYS: 1 expiry index, 2 pending index. ARGV: 1 prefix, 2 batch size.
+/// Returns `{removed, examined}`: deletes records (and their history) whose expiry passed
+/// and counts the ones Redis already deleted, each once, since its index entry goes too.
+const PURGE: &str = r#"
+local now = now_ms()
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+local removed = 0
+for _, k in ipairs(due) do
+  local rk = ARGV[1] .. 'r:' .. k
+  local expires = uint(redis.call('HGET', rk, 'expires'))
+  if expires and expires > now then
+    -- The index lagged behind the record: move the entry, keep the record.
+    redis.call('ZADD', KEYS[1], expires, k)
+  else
+    -- Gone already (Redis's TTL) or due by the index, which the scripts wrote together
+    -- with the record's own expiry: either way the record is purged now.
+    redis.call('DEL', rk, ARGV[1] .. 'h:' .. k)
+    redis.call('ZREM', KEYS[1], k)
+    redis.call('ZREM', KEYS[2], k)
+    removed = removed + 1
+  end
+end
+return { removed, #due }
+"#;
+
+/// KEYS: 1 pending index. ARGV: 1 prefix, 2 start rank, 3 batch size.
+/// Returns `{examined, dropped}`: drops index entries whose record is gone or completed.
+const SWEEP_PENDING: &str = r#"
+local start = tonumber(ARGV[2])
+local ks = redis.call('ZRANGE', KEYS[1], start, start + tonumber(ARGV[3]) - 1)
+local dropped = 0
+for _, k in ipairs(ks) do
+  local rk = ARGV[1] .. 'r:' .. k
+  local st = redis.call('HGET', rk, 'st')
+  if st == 'c' or (not st and redis.call('EXISTS', rk) == 0) then
+    redis.call('ZREM', KEYS[1], k)
+    dropped = dropped + 1
+  end
+end
+return { #ks, dropped }
+"#;
+
+/// The compiled scripts (each knows its SHA1, sent with `EVALSHA`).
+struct Scripts {
+    claim: Script,
+    takeover: Script,
+    complete: Script,
+    release: Script,
+    renew: Script,
+    abandon: Script,
+    resolve: Script,
+    lookup: Script,
+    pending: Script,
+    purge: Script,
+    sweep_pending: Script,
+}
+
+impl Scripts {
+    fn new() -> Self {
+        let plain = |body: &str| Script::new(&format!("{PRELUDE}{body}"));
+        let claiming = |body: &str| Script::new(&format!("{PRELUDE}{CLAIM_PRELUDE}{body}"));
+        Self {
+            claim: claiming(CLAIM),
+            takeover: claiming(TAKEOVER),
+            complete: plain(COMPLETE),
+            release: plain(RELEASE),
+            renew: plain(RENEW),
+            abandon: plain(ABANDON),
+            resolve: plain(RESOLVE),
+            lookup: plain(LOOKUP),
+            pending: plain(PENDING),
+            purge: plain(PURGE),
+            sweep_pending: plain(SWEEP_PENDING),
+        }
+    }
+
+    fn all(&self) -> [&Script; 11] {
+        [
+            &self.claim,
+            &self.takeover,
+            &self.complete,
+            &self.release,
+            &self.renew,
+            &self.abandon,
+            &self.resolve,
+            &self.lookup,
+            &self.pending,
+            &self.purge,
+            &self.sweep_pending,
+        ]
+    }
+}
+
+/// Settings for [`RedisStore`], from [`RedisStore::builder`].
+///
+/// The timeouts bound how long an operation can hang on an unreachable or stalled
+/// server: past them the operation fails with [`StoreError::Unavailable`] and the engine
+/// fails closed (the tool does not run).
+#[derive(Debug, Clone)]
+#[must_use = "call `.connect().await` to open the store"]
+pub struct RedisStoreBuilder {
+    url: String,
+    prefix: String,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    reconnect_attempts: usize,
+}
+
+impl RedisStoreBuilder {
+    /// Namespaces every key under `prefix` (default `tc:`), so tenants, environments or
+    /// test runs can share one server without seeing each other's keys.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How long one attempt to open a connection may take (default 2 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long the server may take to answer one operation (default 5 s).
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// How many times a failed connection attempt is retried, with a short backoff,
+    /// before an operation gives up (default 2). Operations themselves are never
+    /// retried: a claim whose answer was lost might have been applied.
+    pub fn reconnect_attempts(mut self, attempts: usize) -> Self {
+        self.reconnect_attempts = attempts;
+        self
+    }
+
+    /// Connects, loads the scripts and returns the store.
+    ///
+    /// Fails with [`StoreError::Unavailable`] if the URL is invalid or the server cannot
+    /// be reached within the connect timeout and retries.
+    pub async fn connect(self) -> Result<RedisStore, StoreError> {
+        let client = redis::Client::open(self.url.as_str())
+            .map_err(|e| StoreError::Unavailable(format!("invalid redis URL: {e}")))?;
+        // The address only: the URL may carry a password.
+        let addr = client.get_connection_info().addr().to_string();
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(self.response_timeout))
+            .set_number_of_retries(self.reconnect_attempts)
+            .set_max_delay(Duration::from_millis(500));
+        let mut conn = ConnectionManager::new_with_config(client, config)
+            .await
+            .map_err(|e| {
+                StoreError::Unavailable(format!("cannot connect to redis at {addr}: {e}"))
+            })?;
+        let scripts = Scripts::new();
+        // Loaded up front so a script error shows at startup, not on the first call.
+        // After a server restart `EVALSHA` reports `NOSCRIPT` and the crate reloads it.
+        for script in scripts.all() {
+            script.load_async(&mut conn).await.map_err(|e| {
+                StoreError::Unavailable(format!("cannot load scripts into redis at {addr}: {e}"))
+            })?;
+        }
+        let prefix = self.prefix.into_bytes();
+        let named = |name: &str| [prefix.as_slice(), name.as_bytes()].concat();
+        Ok(RedisStore {
+            conn,
+            pending_key: named("pending"),
+            expiry_key: named("expiry"),
+            token_key: named("token"),
+            prefix,
+            scripts,
+        })
+    }
+}
+
+/// A store in Redis, shared by every worker that connects to the same server and prefix.
+///
+/// - **Atomic, one round trip.** Each operation is one Lua script (`EVALSHA`); leases
+///   and expiry use the server's clock (`TIME`), fencing tokens one `INCR` counter.
+/// - **Durability is the server's**: a claim or result survives a server crash only with
+///   `appendonly yes` + `appendfsync always`; replication is asynchronous. Run with
+///   `maxmemory-policy noeviction`: an evicted record lets a retry run the tool again.
+/// - **Keys**, under a prefix (default `tc:`): a hash `{prefix}r:{key}` per record, a
+///   list `{prefix}h:{key}` of its history, sorted sets `{prefix}pending` and
+///   `{prefix}expiry`, and the counter `{prefix}token`. Records carry a Redis TTL, so an
+///   expired record disappears at once (see [`Store::purge_expired`] on this type).
+/// - **Standalone Redis 5.0+ only**: Redis Cluster is not supported.
+///
+/// Cheap to share: one multiplexed connection serves all operations and reconnects
+/// after a failure (the operation that saw the failure returns
+/// [`StoreError::Unavailable`]).
+pub struct RedisStore {
+    conn: ConnectionManager,
+    prefix: Vec<u8>,
+    pending_key: Vec<u8>,
+    expiry_key: Vec<u8>,
+    token_key: Vec<u8>,
+    scripts: Scripts,
+}
+
+impl core::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &String::from_utf8_lossy(&self.prefix))
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// Connects to `url` (`redis://host:port/db`, `rediss://` for TLS) with the default
+    /// prefix `tc:` and default timeouts.
+    pub async fn connect(url: &str) -> Result<RedisStore, StoreError> {
+        Self::builder(url).connect().await
+    }
+
+    /// Connects to `url` with every key under `prefix`, so tenants or test runs sharing a
+    /// server stay apart.
+    pub async fn with_prefix(url: &str, prefix: &str) -> Result<RedisStore, StoreError> {
+        Self::builder(url).prefix(prefix).connect().await
+    }
+
+    /// Settings beyond the URL: prefix and timeouts.
+    pub fn builder(url: &str) -> RedisStoreBuilder {
+        RedisStoreBuilder {
+            url: url.to_owned(),
+            prefix: DEFAULT_PREFIX.to_owned(),
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(5),
+            reconnect_attempts: 2,
+        }
+    }
+
+    fn key(&self, kind: &[u8], key: &str) -> Vec<u8> {
+        [self.prefix.as_slice(), kind, key.as_bytes()].concat()
+    }
+
+    fn record_key(&self, key: &str) -> Vec<u8> {
+        self.key(b"r:", key)
+    }
+
+    fn history_key(&self, key: &str) -> Vec<u8> {
+        self.key(b"h:", key)
+    }
+
+    /// Runs a prepared script, mapping failures for the operation `op` on `key`.
+    async fn run(
+        &self,
+        invocation: &redis::ScriptInvocation<'_>,
+        op: &'static str,
+        key: &str,
+    ) -> Result<Value, StoreError> {
+        let mut conn = self.conn.clone();
+        invocation
+            .invoke_async::<Value>(&mut conn)
+            .await
+            .map_err(|e| map_error(op, key, &e))
+    }
+
+    async fn claim_like(
+        &self,
+        req: &ClaimRequest<'_>,
+        stale_token: Option<u64>,
+    ) -> Result<ClaimOutcome, StoreError> {
+        let (script, op) = match stale_token {
+            Some(_) => (&self.scripts.takeover, "takeover"),
+            None => (&self.scripts.claim, "claim"),
+        };
+        let mut inv = script.prepare_invoke();
+        inv.key(self.record_key(req.key))
+            .key(self.history_key(req.key))
+            .key(self.pending_key.as_slice())
+            .key(self.expiry_key.as_slice())
+            .key(self.token_key.as_slice())
+            .arg(req.key)
+            .arg(req.tool)
+            .arg(if req.scope.is_some() { "1" } else { "0" })
+            .arg(req.scope.unwrap_or(""))
+            .arg(req.fingerprint)
+            .arg(req.args)
+            .arg(millis(req.lease))
+            .arg(millis(req.ttl))
+            .arg(req.worker);
+        if let Some(stale) = stale_token {
+            inv.arg(stale);
+        }
+        let reply = self.run(&inv, op, req.key).await?;
+        parse_outcome(req.key, op, reply)
+    }
+
+    /// Runs a script that answers `ok` or `lease_lost` for a holder's `token`.
+    async fn fenced(
+        &self,
+        inv: &redis::ScriptInvocation<'_>,
+        op: &'static str,
+        key: &str,
+        token: u64,
+    ) -> Result<(), StoreError> {
+        match self.run(inv, op, key).await? {
+            v if is(&v, b"ok") => Ok(()),
+            v if is(&v, b"lease_lost") => Err(StoreError::LeaseLost { token }),
+            other => Err(unexpected(op, key, &other)),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for RedisStore {
+    async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+        self.claim_like(&req, None).await
+    }
+
+    async fn takeover(
+        &self,
+        req: ClaimRequest<'_>,
+        stale_token: u64,
+    ) -> Result<ClaimOutcome, StoreError> {
+        self.claim_like(&req, Some(stale_token)).await
+    }
+
+    async fn complete(
+        &self,
+        key: &str,
+        token: u64,
+        completion: Completion<'_>,
+    ) -> Result<(), StoreError> {
+        let mut inv = self.scripts.complete.prepare_invoke();
+        inv.key(self.record_key(key))
+            .key(self.history_key(key))
+            .key(self.pending_key.as_slice())
+            .key(self.expiry_key.as_slice())
+            .arg(key)
+            .arg(token)
+            .arg(completion.result)
+            .arg(if completion.is_error { "1" } else { "0" })
+            .arg(millis(completion.ttl));
+        self.fenced(&inv, "complete", key, token).await
+    }
+
+    async fn release(&self, key: &str, token: u64) -> Result<(), StoreError> {
+        let mut inv = self.scripts.release.prepare_invoke();
+        inv.key(self.record_key(key))
+            .key(self.history_key(key))
+            .key(self.pending_key.as_slice())
+            .key(self.expiry_key.as_slice())
+            .arg(key)
+            .arg(token);
+        self.fenced(&inv, "release", key, token).await
+    }
+
+    async fn renew(&self, key: &str, token: u64, lease: Duration) -> Result<(), StoreError> {
+        let mut inv = self.scripts.renew.prepare_invoke();
+        inv.key(self.record_key(key))
+            .key(self.history_key(key))
+            .key(self.expiry_key.as_slice())
+            .arg(key)
+            .arg(token)
+            .arg(millis(lease));
+        self.fenced(&inv, "renew", key, token).await
+    }
+
+    async fn abandon(&self, key: &str, token: u64) -> Result<(), StoreError> {
+        let mut inv = self.scripts.abandon.prepare_invoke();
+        inv.key(self.record_key(key))
+            .key(self.history_key(key))
+            .arg(key)
+            .arg(token);
+        self.fenced(&inv, "abandon", key, token).await
+    }
+
+    /// Reads a key's record. Redis deletes a record when it expires, so an expired
+    /// record is absent here (unlike [`MemoryStore`](super::MemoryStore), which keeps it
+    /// until a purge).
+    async fn lookup(&self, key: &str) -> Result<Option<Record>, StoreError> {
+        let mut inv = self.scripts.lookup.prepare_invoke();
+        inv.key(self.record_key(key));
+        let reply = self.run(&inv, "lookup", key).await?;
+        let fields = array(&reply).ok_or_else(|| unexpected("lookup", key, &reply))?;
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        parse_record(key, fields).map(Some)
+    }
+
+    async fn pending(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut inv = self.scripts.pending.prepare_invoke();
+        inv.key(self.pending_key.as_slice())
+            .arg(self.prefix.as_slice())
+            .arg(limit);
+        let reply = self.run(&inv, "pending", "").await?;
+        let entries = array(&reply).ok_or_else(|| unexpected("pending", "", &reply))?;
+        entries
+            .iter()
+            .map(|entry| match array(entry) {
+                Some([key, fields]) => {
+                    let key = text(key).ok_or_else(|| {
+                        StoreError::Corrupt("redis pending index holds a non-UTF-8 key".into())
+                    })?;
+                    let fields =
+                        array(fields).ok_or_else(|| unexpected("pending", &key, fields))?;
+                    parse_record(&key, fields)
+                }
+                _ => Err(unexpected("pending", "", entry)),
+            })
+            .collect()
+    }
+
+    async fn resolve(
+        &self,
+        key: &str,
+        resolution: Resolution<'_>,
+        kind: HistoryKind,
+        worker: &str,
+    ) -> Result<(), StoreError> {
+        let (mode, result, ttl) = match resolution {
+            Resolution::Complete { result, ttl } => ("complete", result, ttl),
+            Resolution::Release => ("release", "", Duration::ZERO),
+        };
+        let mut inv = self.scripts.resolve.prepare_invoke();
+        inv.key(self.record_key(key))
+            .key(self.history_key(key))
+            .key(self.pending_key.as_slice())
+            .key(self.expiry_key.as_slice())
+            .key(self.token_key.as_slice())
+            .arg(key)
+            .arg(kind.as_str())
+            .arg(worker)
+            .arg(mode)
+            .arg(result)
+            .arg(millis(ttl));
+        match self.run(&inv, "resolve", key).await? {
+            v if is(&v, b"ok") => Ok(()),
+            v if is(&v, b"not_pending") => Err(StoreError::NotPending),
+            other => Err(unexpected("resolve", key, &other)),
+        }
+    }
+
+    async fn history(&self, key: &str) -> Result<Vec<HistoryEvent>, StoreError> {
+        let mut conn = self.conn.clone();
+        let entries: Vec<Vec<u8>> = redis::cmd("LRANGE")
+            .arg(self.history_key(key))
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| map_error("history", key, &e))?;
+        entries.iter().map(|e| parse_event(key, e)).collect()
+    }
+
+    /// Deletes records past their expiry, with their history, and cleans the indexes.
+    ///
+    /// Redis normally deletes an expired record itself (it carries a TTL) before any
+    /// purge runs; the expiry index still remembers it, so the purge counts it then,
+    /// once. The count is therefore the number of records that expired since the last
+    /// purge, whether Redis or this call deleted them; it is 0 when no record expired
+    /// (and may miss a record that expired and was claimed again before the purge).
+    /// Pending-index entries of records that vanished otherwise (eviction, `DEL`) are
+    /// dropped without being counted. Runs in batches of a few hundred keys, each one
+    /// script, so a large purge never blocks the server for long.
+    async fn purge_expired(&self) -> Result<u64, StoreError> {
+        let mut removed = 0u64;
+        loop {
+            let mut inv = self.scripts.purge.prepare_invoke();
+            inv.key(self.expiry_key.as_slice())
+                .key(self.pending_key.as_slice())
+                .arg(self.prefix.as_slice())
+                .arg(PURGE_BATCH);
+            let reply = self.run(&inv, "purge_expired", "").await?;
+            let (gone, examined) =
+                pair(&reply).ok_or_else(|| unexpected("purge_expired", "", &reply))?;
+            removed += gone;
+            if examined < PURGE_BATCH as u64 {
+                break;
+            }
+        }
+        let mut start = 0u64;
+        loop {
+            let mut inv = self.scripts.sweep_pending.prepare_invoke();
+            inv.key(self.pending_key.as_slice())
+                .arg(self.prefix.as_slice())
+                .arg(start)
+                .arg(PURGE_BATCH);
+            let reply = self.run(&inv, "purge_expired", "").await?;
+            let (examined, dropped) =
+                pair(&reply).ok_or_else(|| unexpected("purge_expired", "", &reply))?;
+            if examined < PURGE_BATCH as u64 {
+                break;
+            }
+            // Dropped entries shifted the later ones down by as many ranks.
+            start += examined - dropped.min(examined);
+        }
+        Ok(removed)
+    }
+}
+
+/// A duration in whole milliseconds for a script, clamped (see [`MAX_DURATION_MS`]).
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).map_or(MAX_DURATION_MS, |ms| ms.min(MAX_DURATION_MS))
+}
+
+/// Names what an operation was about, for error messages: the key, if it had one.
+fn subject(op: &str, key: &str) -> String {
+    if key.is_empty() {
+        format!("redis {op}")
+    } else {
+        format!("redis {op} of key {key:?}")
+    }
+}
+
+fn map_error(op: &str, key: &str, e: &RedisError) -> StoreError {
+    match e.code() {
+        Some(CORRUPT_CODE) => StoreError::Corrupt(format!(
+            "{}: the stored record is malformed: {}",
+            subject(op, key),
+            e.detail().unwrap_or("unknown field")
+        )),
+        // Something that is not a hash or list sits where a record or history belongs.
+        Some("WRONGTYPE") => StoreError::Corrupt(format!(
+            "{}: a key holds the wrong type of value: {e}",
+            subject(op, key)
+        )),
+        _ => StoreError::Unavailable(format!("{} failed: {e}", subject(op, key))),
+    }
+}
+
+/// A script answered something none of them returns: the server is not running these
+/// scripts (or runs a different version of them).
+fn unexpected(op: &str, key: &str, reply: &Value) -> StoreError {
+    StoreError::Corrupt(format!(
+        "{} returned an unexpected reply: {reply:?}",
+        subject(op, key)
+    ))
+}
+
+fn bytes(v: &Value) -> Option<&[u8]> {
+    match v {
+        Value::BulkString(b) => Some(b),
+        Value::SimpleString(s) => Some(s.as_bytes()),
+        Value::Okay => Some(b"OK"),
+        _ => None,
+    }
+}
+
+fn is(v: &Value, expected: &[u8]) -> bool {
+    bytes(v) == Some(expected)
+}
+
+fn text(v: &Value) -> Option<String> {
+    bytes(v).and_then(|b| String::from_utf8(b.to_vec()).ok())
+}
+
+fn uint(v: &Value) -> Option<u64> {
+    match v {
+        Value::Int(i) => u64::try_from(*i).ok(),
+        other => core::str::from_utf8(bytes(other)?).ok()?.parse().ok(),
+    }
+}
+
+fn array(v: &Value) -> Option<&[Value]> {
+    match v {
+        Value::Array(items) | Value::Set(items) => Some(items),
+        _ => None,
+    }
+}
+
+fn pair(v: &Value) -> Option<(u64, u64)> {
+    match array(v)? {
+        [a, b] => Some((uint(a)?, uint(b)?)),
+        _ => None,
+    }
+}
+
+fn at(ms: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms)
+}
+
+fn parse_outcome(key: &str, op: &str, reply: Value) -> Result<ClaimOutcome, StoreError> {
+    let bad = || unexpected(op, key, &reply);
+    let items = array(&reply).ok_or_else(bad)?;
+    let (tag, rest) = items.split_first().ok_or_else(bad)?;
+    let tag = bytes(tag).ok_or_else(bad)?;
+    Ok(match (tag, rest) {
+        (b"acquired", [token]) => ClaimOutcome::Acquired {
+            token: uint(token).ok_or_else(bad)?,
+        },
+        (b"completed", [fields]) => {
+            ClaimOutcome::Completed(parse_record(key, array(fields).ok_or_else(bad)?)?)
+        }
+        (b"in_progress", [fingerprint, remaining]) => ClaimOutcome::InProgress {
+            fingerprint: text(fingerprint).ok_or_else(|| corrupt_field(key, "fp"))?,
+            lease_remaining: Duration::from_millis(uint(remaining).ok_or_else(bad)?),
+        },
+        (b"abandoned", [token, fingerprint]) => ClaimOutcome::Abandoned {
+            token: uint(token).ok_or_else(|| corrupt_field(key, "tok"))?,
+            fingerprint: text(fingerprint).ok_or_else(|| corrupt_field(key, "fp"))?,
+        },
+        _ => return Err(bad()),
+    })
+}
+
+fn corrupt_field(key: &str, field: &str) -> StoreError {
+    StoreError::Corrupt(format!(
+        "redis record for key {key:?}: field `{field}` is missing or malformed"
+    ))
+}
+
+/// The fields of a record hash, by name.
+#[derive(Default)]
+struct Fields<'a> {
+    st: Option<&'a Value>,
+    tok: Option<&'a Value>,
+    lease: Option<&'a Value>,
+    tool: Option<&'a Value>,
+    scope: Option<&'a Value>,
+    fp: Option<&'a Value>,
+    args: Option<&'a Value>,
+    created: Option<&'a Value>,
+    expires: Option<&'a Value>,
+    result: Option<&'a Value>,
+    err: Option<&'a Value>,
+    done: Option<&'a Value>,
+}
+
+/// Builds a [`Record`] from a flat `HGETALL` reply, checking every field.
+fn parse_record(key: &str, flat: &[Value]) -> Result<Record, StoreError> {
+    if flat.len() % 2 != 0 {
+        return Err(StoreError::Corrupt(format!(
+            "redis record for key {key:?}: odd number of hash elements"
+        )));
+    }
+    let mut f = Fields::default();
+    for pair in flat.chunks_exact(2) {
+        let slot = match bytes(&pair[0]) {
+            Some(b"st") => &mut f.st,
+            Some(b"tok") => &mut f.tok,
+            Some(b"lease") => &mut f.lease,
+            Some(b"tool") => &mut f.tool,
+            Some(b"scope") => &mut f.scope,
+            Some(b"fp") => &mut f.fp,
+            Some(b"args") => &mut f.args,
+            Some(b"created") => &mut f.created,
+            Some(b"expires") => &mut f.expires,
+            Some(b"result") => &mut f.result,
+            Some(b"err") => &mut f.err,
+            Some(b"done") => &mut f.done,
+            // `worker` and anything a later version adds.
+            _ => continue,
+        };
+        *slot = Some(&pair[1]);
+    }
+    let string = |v: Option<&Value>, name| v.and_then(text).ok_or_else(|| corrupt_field(key, name));
+    let number = |v: Option<&Value>, name| v.and_then(uint).ok_or_else(|| corrupt_field(key, name));
+    let state = match f.st.and_then(bytes) {
+        Some(b"p") => RecordState::InProgress {
+            token: number(f.tok, "tok")?,
+            lease_expires_at: at(number(f.lease, "lease")?),
+        },
+        Some(b"c") => RecordState::Completed {
+            result: string(f.result, "result")?,
+            is_error: match f.err.and_then(bytes) {
+                Some(b"0") => false,
+                Some(b"1") => true,
+                _ => return Err(corrupt_field(key, "err")),
+            },
+            completed_at: at(number(f.done, "done")?),
+        },
+        _ => return Err(corrupt_field(key, "st")),
+    };
+    Ok(Record {
+        key: key.to_owned(),
+        tool: string(f.tool, "tool")?,
+        scope: match f.scope {
+            Some(v) => Some(text(v).ok_or_else(|| corrupt_field(key, "scope"))?),
+            None => None,
+        },
+        fingerprint: string(f.fp, "fp")?,
+        args: string(f.args, "args")?,
+        state,
+        created_at: at(number(f.created, "created")?),
+        expires_at: at(number(f.expires, "expires")?),
+    })
+}
+
+/// Parses one history entry, `kind|token|at_ms|worker` (the worker may contain `|`).
+fn parse_event(key: &str, entry: &[u8]) -> Result<HistoryEvent, StoreError> {
+    let bad = || {
+        StoreError::Corrupt(format!(
+            "redis history of key {key:?} holds a malformed entry: {:?}",
+            String::from_utf8_lossy(entry)
+        ))
+    };
+    let entry = core::str::from_utf8(entry).map_err(|_| bad())?;
+    let mut parts = entry.splitn(4, '|');
+    let kind = parts.next().and_then(HistoryKind::parse).ok_or_else(bad)?;
+    let token = parts.next().and_then(|t| t.parse().ok()).ok_or_else(bad)?;
+    let at_ms = parts.next().and_then(|t| t.parse().ok()).ok_or_else(bad)?;
+    let worker = parts.next().ok_or_else(bad)?;
+    Ok(HistoryEvent {
+        at: at(at_ms),
+        kind,
+        token,
+        worker: worker.to_owned(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_are_clamped_to_what_lua_adds_exactly() {
+        assert_eq!(millis(Duration::from_millis(1500)), 1500);
+        assert_eq!(millis(Duration::MAX), MAX_DURATION_MS);
+    }
+
+    #[test]
+    fn history_entries_keep_a_pipe_in_the_worker() {
+        let e = parse_event("k", b"claimed|7|1700000000000|host|42|x").unwrap();
+        assert_eq!(e.kind, HistoryKind::Claimed);
+        assert_eq!(e.token, 7);
+        assert_eq!(e.worker, "host|42|x");
+        assert!(matches!(
+            parse_event("k", b"claimed|x|1|w"),
+            Err(StoreError::Corrupt(_))
+        ));
+        assert!(matches!(
+            parse_event("k", b"nope|1|1|w"),
+            Err(StoreError::Corrupt(_))
+        ));
+    }
+
+    #[test]
+    fn a_record_without_its_token_is_corrupt() {
+        let s = |v: &str| Value::BulkString(v.as_bytes().to_vec());
+        let flat = [
+            s("st"),
+            s("p"),
+            s("tok"),
+            s("garbage"),
+            s("lease"),
+            s("1"),
+            s("tool"),
+            s("t"),
+            s("fp"),
+            s("f"),
+            s("args"),
+            s("{}"),
+            s("created"),
+            s("1"),
+            s("expires"),
+            s("2"),
+        ];
+        match parse_record("k", &flat) {
+            Err(StoreError::Corrupt(msg)) => assert!(msg.contains("`tok`"), "{msg}"),
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! `RedisStore` passes the store conformance suite, fails closed when the server is
+//! unreachable, and reports a malformed record as corrupt.
+//!
+//! Needs a server: `TOOL_CONTRACTS_REDIS_URL=redis://127.0.0.1:6379`. Without it the
+//! tests skip locally and fail in CI (`CI` set), so a CI run can never pass silently
+//! without the backend.
+#![cfg(feature = "redis")]
+
+mod conformance;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tool_contracts_runtime::store::{
+    ClaimOutcome, ClaimRequest, Completion, RedisStore, Store, StoreError,
+};
+
+/// The server's URL, or `None` (after saying why) when the suite should be skipped.
+fn redis_url() -> Option<String> {
+    match std::env::var("TOOL_CONTRACTS_REDIS_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var_os("CI").is_some() => {
+            panic!("backend suite skipped in CI: set TOOL_CONTRACTS_REDIS_URL")
+        }
+        _ => {
+            eprintln!(
+                "skipped: set TOOL_CONTRACTS_REDIS_URL=redis://127.0.0.1:6379 to run the Redis store suite"
+            );
+            None
+        }
+    }
+}
+
+/// A store under a prefix no other run uses, plus a raw connection to poke at its keys.
+async fn fresh_store(
+    url: &str,
+    name: &str,
+) -> (RedisStore, String, redis::aio::MultiplexedConnection) {
+    let prefix = format!("{}:", conformance::unique(name));
+    let store = RedisStore::with_prefix(url, &prefix).await.unwrap();
+    let raw = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    (store, prefix, raw)
+}
+
+/// Deletes every key under `prefix`, so runs leave the shared server clean.
+async fn cleanup(raw: &mut redis::aio::MultiplexedConnection, prefix: &str) {
+    let keys: Vec<Vec<u8>> = redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query_async(raw)
+        .await
+        .unwrap();
+    for key in keys {
+        let _: () = redis::cmd("DEL").arg(key).query_async(raw).await.unwrap();
+    }
+}
+
+fn corrupt<T>(r: &Result<T, StoreError>) -> bool {
+    matches!(r, Err(StoreError::Corrupt(_)))
+}
+
+fn req(key: &str) -> ClaimRequest<'_> {
+    ClaimRequest {
+        key,
+        tool: "redis_tool",
+        scope: None,
+        fingerprint: "fp",
+        args: "{}",
+        lease: Duration::from_secs(30),
+        ttl: Duration::from_secs(60),
+        worker: "redis-test",
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_store_passes_the_conformance_suite() {
+    let Some(url) = redis_url() else { return };
+    let (store, prefix, mut raw) = fresh_store(&url, "tc-redis").await;
+    conformance::run_all(Arc::new(store), &conformance::unique("redis")).await;
+    cleanup(&mut raw, &prefix).await;
+}
+
+#[tokio::test]
+async fn an_unreachable_server_is_unavailable_quickly() {
+    // Port 1 on loopback: nothing listens, so the connection is refused. No server needed.
+    let started = Instant::now();
+    let result = RedisStore::builder("redis://127.0.0.1:1")
+        .connect_timeout(Duration::from_millis(500))
+        .connect()
+        .await;
+    match result {
+        Err(StoreError::Unavailable(msg)) => {
+            assert!(
+                msg.contains("127.0.0.1:1"),
+                "the message names the server: {msg}"
+            )
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "gave up after {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn an_invalid_url_is_unavailable() {
+    assert!(matches!(
+        RedisStore::connect("not a url").await,
+        Err(StoreError::Unavailable(_))
+    ));
+}
+
+#[tokio::test]
+async fn a_garbage_token_in_a_record_is_reported_corrupt() {
+    let Some(url) = redis_url() else { return };
+    let (store, prefix, mut raw) = fresh_store(&url, "tc-redis-corrupt").await;
+    let key = "corrupt-🔑";
+    let token = match store.claim(req(key)).await.unwrap() {
+        ClaimOutcome::Acquired { token } => token,
+        other => panic!("{other:?}"),
+    };
+    let _: () = redis::cmd("HSET")
+        .arg(format!("{prefix}r:{key}"))
+        .arg("tok")
+        .arg("not-a-number")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let claimed = store.claim(req(key)).await;
+    assert!(corrupt(&claimed), "claim: {claimed:?}");
+    let looked_up = store.lookup(key).await;
+    assert!(corrupt(&looked_up), "lookup: {looked_up:?}");
+    let completed = store
+        .complete(
+            key,
+            token,
+            Completion {
+                result: "1",
+                is_error: false,
+                ttl: Duration::from_secs(1),
+            },
+        )
+        .await;
+    assert!(corrupt(&completed), "complete: {completed:?}");
+    let listed = store.pending(10).await;
+    assert!(corrupt(&listed), "pending: {listed:?}");
+    // The message names the key and the field an operator must fix.
+    match claimed {
+        Err(StoreError::Corrupt(msg)) => {
+            assert!(msg.contains(key) && msg.contains("`tok`"), "{msg}")
+        }
+        other => panic!("{other:?}"),
+    }
+    cleanup(&mut raw, &prefix).await;
+}
+
+#[tokio::test]
+async fn a_value_of_the_wrong_type_or_a_bad_history_entry_is_corrupt() {
+    let Some(url) = redis_url() else { return };
+    let (store, prefix, mut raw) = fresh_store(&url, "tc-redis-wrongtype").await;
+    let _: () = redis::cmd("SET")
+        .arg(format!("{prefix}r:plain-string"))
+        .arg("x")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let claimed = store.claim(req("plain-string")).await;
+    assert!(
+        matches!(claimed, Err(StoreError::Corrupt(_))),
+        "{claimed:?}"
+    );
+    let _: () = redis::cmd("RPUSH")
+        .arg(format!("{prefix}h:bad-history"))
+        .arg("claimed|nope")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let history = store.history("bad-history").await;
+    assert!(
+        matches!(history, Err(StoreError::Corrupt(_))),
+        "{history:?}"
+    );
+    cleanup(&mut raw, &prefix).await;
+}
+
+#[tokio::test]
+async fn records_and_history_carry_a_redis_ttl() {
+    let Some(url) = redis_url() else { return };
+    let (store, prefix, mut raw) = fresh_store(&url, "tc-redis-ttl").await;
+    let token = match store.claim(req("ttl")).await.unwrap() {
+        ClaimOutcome::Acquired { token } => token,
+        other => panic!("{other:?}"),
+    };
+    let done = Completion {
+        result: "1",
+        is_error: false,
+        ttl: Duration::from_secs(120),
+    };
+    store.complete("ttl", token, done).await.unwrap();
+    for kind in ["r", "h"] {
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(format!("{prefix}{kind}:ttl"))
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        assert!((100_000..=120_000).contains(&pttl), "{kind}: {pttl}");
+    }
+    // A completed key leaves the pending index; the token counter is the only other key.
+    let pending: i64 = redis::cmd("ZCARD")
+        .arg(format!("{prefix}pending"))
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(pending, 0);
+    cleanup(&mut raw, &prefix).await;
+}
