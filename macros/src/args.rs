@@ -152,7 +152,9 @@ fn store<T>(slot: &mut Option<Opt<T>>, kw: Ident, value: T, errors: &mut Errors)
     if slot.is_some() {
         errors.push(syn::Error::new(
             kw.span(),
-            format!("duplicate option `{kw}`: it is already set above; remove one of them"),
+            format!(
+                "duplicate option `{kw}`: it is already set earlier in this attribute; keep one"
+            ),
         ));
     } else {
         *slot = Some(Opt { kw, value });
@@ -276,7 +278,10 @@ fn parse_str(input: ParseStream, kw: &Ident, example: &str) -> syn::Result<LitSt
     if input.peek(LitStr) {
         return input.parse();
     }
-    let span = input.cursor().token_tree().map_or(input.span(), |(tt, _)| tt.span());
+    let span = input
+        .cursor()
+        .token_tree()
+        .map_or(input.span(), |(tt, _)| tt.span());
     Err(syn::Error::new(
         span,
         format!("expected a string literal: write `{kw} = {example}`"),
@@ -288,7 +293,10 @@ fn parse_int(input: ParseStream, kw: &Ident) -> syn::Result<LitInt> {
     if input.peek(LitInt) {
         return input.parse();
     }
-    let span = input.cursor().token_tree().map_or(input.span(), |(tt, _)| tt.span());
+    let span = input
+        .cursor()
+        .token_tree()
+        .map_or(input.span(), |(tt, _)| tt.span());
     Err(syn::Error::new(
         span,
         format!("expected an integer: write `{kw} = 2`"),
@@ -306,7 +314,10 @@ fn parse_flag(input: ParseStream, kw: &Ident, bare: bool) -> syn::Result<Flag> {
         let lit: LitBool = input.parse()?;
         return Ok(Flag { value: lit.value });
     }
-    let span = input.cursor().token_tree().map_or(input.span(), |(tt, _)| tt.span());
+    let span = input
+        .cursor()
+        .token_tree()
+        .map_or(input.span(), |(tt, _)| tt.span());
     Err(syn::Error::new(
         span,
         format!("expected `true` or `false`: write `{kw} = true`"),
@@ -320,7 +331,10 @@ fn parse_key_fields(input: ParseStream, errors: &mut Errors) -> syn::Result<KeyF
     }
     input.parse::<Token![=]>()?;
     if !input.peek(token::Bracket) {
-        let span = input.cursor().token_tree().map_or(input.span(), |(tt, _)| tt.span());
+        let span = input
+            .cursor()
+            .token_tree()
+            .map_or(input.span(), |(tt, _)| tt.span());
         return Err(syn::Error::new(span, format!("expected `[`: {EXAMPLE}")));
     }
     let content;
@@ -387,7 +401,10 @@ fn parse_key_field(input: ParseStream) -> syn::Result<KeyField> {
             let text = lit.to_string();
             let mut parts = text.split('.');
             let (Some(a), Some(b), None) = (parts.next(), parts.next(), parts.next()) else {
-                return Err(syn::Error::new(lit.span(), "expected a field name or a tuple index"));
+                return Err(syn::Error::new(
+                    lit.span(),
+                    "expected a field name or a tuple index",
+                ));
             };
             members.push(tuple_index(a, lit.span())?);
             members.push(tuple_index(b, lit.span())?);
@@ -405,7 +422,10 @@ fn parse_key_field(input: ParseStream) -> syn::Result<KeyField> {
 
 fn tuple_index(text: &str, span: Span) -> syn::Result<syn::Member> {
     match text.parse::<u32>() {
-        Ok(index) if text.bytes().all(|b| b.is_ascii_digit()) && (text == "0" || !text.starts_with('0')) => {
+        Ok(index)
+            if text.bytes().all(|b| b.is_ascii_digit())
+                && (text == "0" || !text.starts_with('0')) =>
+        {
             Ok(syn::Member::Unnamed(syn::Index { index, span }))
         }
         _ => Err(syn::Error::new(
@@ -420,3 +440,147 @@ pub(crate) fn bracket_span(fields: &KeyFields) -> Span {
     fields.bracket.span.join()
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quote::quote;
+
+    fn parse_ok(kind: Kind, tokens: TokenStream) -> Args {
+        let mut errors = Errors::default();
+        let args = parse(kind, tokens, &mut errors);
+        if let Err(e) = errors.into_result() {
+            panic!("unexpected errors: {e}");
+        }
+        args
+    }
+
+    fn parse_errors(kind: Kind, tokens: TokenStream) -> Vec<String> {
+        let mut errors = Errors::default();
+        let _ = parse(kind, tokens, &mut errors);
+        match errors.into_result() {
+            Ok(()) => Vec::new(),
+            Err(e) => e.into_iter().map(|e| e.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn parses_every_option() {
+        let args = parse_ok(
+            Kind::Mutating,
+            quote! {
+                idempotency_key_fields = [user_id, cart.id, pair.0, r#type],
+                name = "n", description = "d", version = 2, ttl = "1h", lease = "30s",
+                concurrent = "reject", payload_mismatch = "replay", on_unknown = "rerun",
+                cache_errors = true, destructive, open_world = false,
+            },
+        );
+        let fields = &args.key_fields.as_ref().unwrap().value.fields;
+        let paths: Vec<String> = fields.iter().map(KeyField::path).collect();
+        assert_eq!(paths, ["user_id", "cart.id", "pair.0", "type"]);
+        assert_eq!(args.name.unwrap().value.value(), "n");
+        assert_eq!(
+            args.version.unwrap().value.base10_parse::<u32>().unwrap(),
+            2
+        );
+        assert!(args.cache_errors.unwrap().value.value);
+        assert!(args.destructive.unwrap().value.value);
+        assert!(!args.open_world.unwrap().value.value);
+    }
+
+    #[test]
+    fn empty_attribute_is_fine_syntactically() {
+        let args = parse_ok(Kind::Mutating, quote! {});
+        assert!(args.key_fields.is_none());
+    }
+
+    #[test]
+    fn float_literal_tuple_path_is_split() {
+        let args = parse_ok(
+            Kind::Mutating,
+            quote! { idempotency_key_fields = [pair.0.1] },
+        );
+        let field = &args.key_fields.unwrap().value.fields[0];
+        assert_eq!(field.path(), "pair.0.1");
+        assert_eq!(field.members.len(), 2);
+    }
+
+    #[test]
+    fn unknown_option_lists_valid_ones_and_suggests() {
+        let errors = parse_errors(Kind::Mutating, quote! { tll = "1h" });
+        assert_eq!(errors.len(), 1);
+        assert!(errors[0].starts_with("unknown option `tll` for `#[mutating_tool]`; did you mean `ttl`? Valid options are `idempotency_key_fields`, `name`"), "{}", errors[0]);
+        let errors = parse_errors(Kind::Mutating, quote! { idempotency_key = [a] });
+        assert!(
+            errors[0].contains("did you mean `idempotency_key_fields`?"),
+            "{}",
+            errors[0]
+        );
+        let errors = parse_errors(Kind::ReadOnly, quote! { zzz });
+        assert_eq!(
+            errors[0],
+            "unknown option `zzz` for `#[read_only_tool]`; valid options are `name`, `description`, `open_world`"
+        );
+    }
+
+    #[test]
+    fn duplicate_option_is_reported_once_at_the_second() {
+        let errors = parse_errors(
+            Kind::Mutating,
+            quote! { ttl = "1h", ttl = "2h", ttl = "3h" },
+        );
+        assert_eq!(errors.len(), 2);
+        assert!(errors[0].starts_with("duplicate option `ttl`"));
+    }
+
+    #[test]
+    fn every_malformed_option_is_reported() {
+        let errors = parse_errors(
+            Kind::Mutating,
+            quote! { ttl = 24h, name, version = "2", cache_errors, idempotency_key_fields = user_id, destructive = 1 },
+        );
+        assert_eq!(errors.len(), 6, "{errors:#?}");
+        assert!(
+            errors[0].contains(r#"write `ttl = "24h"`"#),
+            "{}",
+            errors[0]
+        );
+        assert!(
+            errors[1].contains("expected `=` after `name`"),
+            "{}",
+            errors[1]
+        );
+        assert!(errors[2].contains("expected an integer"), "{}", errors[2]);
+        assert!(
+            errors[3].contains("write `cache_errors = true`"),
+            "{}",
+            errors[3]
+        );
+        assert!(errors[4].contains("expected `[`"), "{}", errors[4]);
+        assert!(
+            errors[5].contains("expected `true` or `false`"),
+            "{}",
+            errors[5]
+        );
+    }
+
+    #[test]
+    fn key_fields_must_be_paths() {
+        let errors = parse_errors(
+            Kind::Mutating,
+            quote! { idempotency_key_fields = ["user_id", cart.id(), a + b, x.] },
+        );
+        assert_eq!(errors.len(), 4, "{errors:#?}");
+        assert_eq!(
+            errors[0],
+            "key fields are paths, not strings: write `user_id` without quotes"
+        );
+        assert!(errors[1].starts_with("expected `,` or `]` after a key field"));
+        assert!(errors[2].starts_with("expected `,` or `]` after a key field"));
+    }
+
+    #[test]
+    fn missing_comma_between_options() {
+        let errors = parse_errors(Kind::Mutating, quote! { ttl = "1h" lease = "2s" });
+        assert_eq!(errors, ["expected `,` between options"]);
+    }
+}

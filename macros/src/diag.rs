@@ -31,20 +31,33 @@ impl Errors {
     }
 }
 
-/// Edit distance between two strings (insertions, deletions, substitutions).
-pub(crate) fn levenshtein(a: &str, b: &str) -> usize {
+/// Edit distance between two strings: insertions, deletions, substitutions
+/// and transpositions of adjacent characters (`crat` is one edit from `cart`)
+/// each count one.
+pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
     let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    let mut cur = vec![0; b.len() + 1];
-    for (i, ca) in a.chars().enumerate() {
-        cur[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let substitution = prev[j] + usize::from(ca != *cb);
-            cur[j + 1] = substitution.min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        std::mem::swap(&mut prev, &mut cur);
+    // d[i][j]: distance between a[..i] and b[..j].
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
     }
-    prev[b.len()]
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
+        }
+    }
+    d[a.len()][b.len()]
 }
 
 /// The candidate closest to `written`, if it is close enough to be a typo:
@@ -56,7 +69,7 @@ pub(crate) fn closest<'a>(
 ) -> Option<&'a str> {
     let mut best: Option<(usize, &str)> = None;
     for candidate in candidates {
-        let distance = levenshtein(written, candidate);
+        let distance = edit_distance(written, candidate);
         let longest = written.chars().count().max(candidate.chars().count());
         if distance == 0 || distance > (longest / 3).max(1) {
             continue;
@@ -165,6 +178,9 @@ fn tidy(text: &str) -> String {
         .replace(" ,", ",")
         .replace("& ", "&")
         .replace("' ", "'")
+        .replace(" (", "(")
+        .replace("( ", "(")
+        .replace(" )", ")")
 }
 
 #[cfg(test)]
@@ -172,11 +188,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn levenshtein_counts_edits() {
-        assert_eq!(levenshtein("user_idd", "user_id"), 1);
-        assert_eq!(levenshtein("", "abc"), 3);
-        assert_eq!(levenshtein("kitten", "sitting"), 3);
-        assert_eq!(levenshtein("same", "same"), 0);
+    fn edit_distance_counts_edits() {
+        assert_eq!(edit_distance("user_idd", "user_id"), 1);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("same", "same"), 0);
+        assert_eq!(edit_distance("crat", "cart"), 1);
+        assert_eq!(edit_distance("ttl", "tll"), 1);
     }
 
     #[test]
@@ -192,6 +210,9 @@ mod tests {
         let ty: Type = syn::parse_quote!(Option<&'a str>);
         assert_eq!(type_to_string(&ty), "Option<&'a str>");
         let ty: Type = syn::parse_quote!(&mut [::std::vec::Vec<(u8, String)>; 4]);
-        assert_eq!(type_to_string(&ty), "&mut [::std::vec::Vec<(u8, String)>; 4]");
+        assert_eq!(
+            type_to_string(&ty),
+            "&mut [::std::vec::Vec<(u8, String)>; 4]"
+        );
     }
 }

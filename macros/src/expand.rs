@@ -10,7 +10,7 @@
 
 use crate::valid::{Context, Contract, ToolParam};
 use crate::Kind;
-use proc_macro2::{Literal, Span, TokenStream};
+use proc_macro2::{Delimiter, Group, Literal, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned, ToTokens};
 use syn::{AttrStyle, Ident, Lifetime, Type};
 
@@ -38,7 +38,6 @@ struct Names {
     output_schema: Ident,
     call: Ident,
     builder: Ident,
-    ret: Ident,
 }
 
 impl Names {
@@ -52,7 +51,6 @@ impl Names {
             output_schema: private("__tc_output_schema"),
             call: private("__tc_call"),
             builder: private("__tc_builder"),
-            ret: private("__tc_ret"),
         }
     }
 }
@@ -76,12 +74,14 @@ pub(crate) fn expand(c: &Contract) -> TokenStream {
         Kind::Mutating => mutating_body(c, &names, &func.block),
         Kind::ReadOnly => read_only_body(c, &names, &func.block),
     };
+    // The new body keeps the user's braces, so the item's span is still the
+    // user's function (lints such as `missing_docs` point at it, not at the
+    // attribute).
+    let mut block = Group::new(Delimiter::Brace, quote!(#(#inner)* #body));
+    block.set_span(func.block.brace_token.span.join());
     quote! {
         #(#outer)*
-        #vis #sig {
-            #(#inner)*
-            #body
-        }
+        #vis #sig #block
     }
 }
 
@@ -90,7 +90,6 @@ fn mutating_body(c: &Contract, n: &Names, block: &syn::Block) -> TokenStream {
         spec,
         call,
         builder,
-        ret,
         ..
     } = n;
     let spec_static = spec_static(c, n);
@@ -99,12 +98,7 @@ fn mutating_body(c: &Contract, n: &Names, block: &syn::Block) -> TokenStream {
     } else {
         TokenStream::new()
     };
-    let key_fields = c.key_fields.iter().map(|field| {
-        let span = first_span(&field.tokens);
-        let path = Literal::string(&field.path());
-        let tokens = &field.tokens;
-        quote_spanned!(span=> #builder.key_field(#path, &#tokens);)
-    });
+    let key_fields = key_field_calls(c, builder);
     let arg_calls = c
         .params
         .iter()
@@ -119,24 +113,56 @@ fn mutating_body(c: &Contract, n: &Names, block: &syn::Block) -> TokenStream {
     } else {
         quote_spanned!(first_span(ret_ty)=> ::tool_contracts::__private::execute)
     };
+    // The fake return edge (as in tracing's `#[instrument]`): the first
+    // `return` the compiler sees in the async block has the declared type, so
+    // the block's output is inferred from the signature, not from the body's
+    // first `return`; a wrong `return` or tail is reported where it is
+    // written, with a note at the return type. The body is then the block's
+    // tail, untouched (binding it with `let` first would make clippy flag a
+    // body ending in `return` as a diverging sub-expression).
+    let fake = Ident::new(
+        "__tc_fake_return",
+        Span::mixed_site().located_at(first_span(ret_ty)),
+    );
+    let fake_return_edge = quote_spanned! {first_span(ret_ty)=>
+        #[allow(
+            unknown_lints,
+            unreachable_code,
+            clippy::diverging_sub_expression,
+            clippy::empty_loop,
+            clippy::let_unit_value,
+            clippy::let_with_type_underscore,
+            clippy::needless_return,
+            clippy::unreachable
+        )]
+        if false {
+            let #fake: #ret_ty = loop {};
+            return #fake;
+        }
+    };
+    // The future's tokens carry the macro's own span: rustc only points a
+    // failed bound at the turbofish argument (`T`, `E` as the user wrote
+    // them) when no closure argument overlaps the call's span.
+    let future = quote! {
+        async move {
+            #fake_return_edge
+            #block
+        }
+    };
     let run = quote_spanned! {first_span(ret_ty)=>
-        #execute::<#ok, #err, _>(#call, async move {
-            let #ret: #ret_ty = #block;
-            #[allow(unreachable_code)]
-            #ret
-        })
+        #execute::<#ok, #err, _>(#call, #future).await
     };
     quote! {
         let #call = {
             #spec_static
             #registration
             let mut #builder = ::tool_contracts::__private::CallBuilder::new(&#spec);
-            #(#key_fields)*
+            #key_fields
             #(#arg_calls)*
             #builder.finish()
         };
         #checks
-        #run.await
+        #run
     }
 }
 
@@ -159,6 +185,20 @@ fn read_only_body(c: &Contract, n: &Names, block: &syn::Block) -> TokenStream {
         #checks
         #block
     }
+}
+
+/// `CallBuilder::key_field` for every key field, in JCS order, each spanned at
+/// the path in the attribute so a missing `Serialize` lands there.
+fn key_field_calls(c: &Contract, builder: &Ident) -> TokenStream {
+    c.key_fields
+        .iter()
+        .map(|field| {
+            let span = first_span(&field.tokens);
+            let path = Literal::string(&field.path());
+            let tokens = &field.tokens;
+            quote_spanned!(span=> #builder.key_field(#path, &#tokens);)
+        })
+        .collect()
 }
 
 /// `CallBuilder::arg` for one JSON argument, spanned at its type so a missing
@@ -191,8 +231,12 @@ fn bound_checks(c: &Contract) -> TokenStream {
     let mut out = TokenStream::new();
     match c.kind {
         Kind::Mutating => {
-            out.extend(quote_spanned!(ok_span=> ::tool_contracts::__private::assert_output::<#ok>();));
-            out.extend(quote_spanned!(err_span=> ::tool_contracts::__private::assert_error::<#err>();));
+            out.extend(
+                quote_spanned!(ok_span=> ::tool_contracts::__private::assert_output::<#ok>();),
+            );
+            out.extend(
+                quote_spanned!(err_span=> ::tool_contracts::__private::assert_error::<#err>();),
+            );
             if c.registered() {
                 out.extend(quote_spanned!(err_span=> ::tool_contracts::__private::assert_error_display::<#err>();));
             }
@@ -278,10 +322,9 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
     let ctx = private("__tc_ctx");
     let value = private("__tc_value");
     let decoded = private("__tc_args");
+    let result = private("__tc_result");
     let lifetime = Lifetime::new("'__tc", Span::mixed_site());
     let ok = c.ok;
-    let err = c.err;
-    let ret_span = first_span(c.ret);
     let fn_name = &c.model.func.sig.ident;
 
     let mut lets = TokenStream::new();
@@ -312,21 +355,25 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
         }
     }
 
-    let key_fields = c.key_fields.iter().map(|field| {
-        let span = first_span(&field.tokens);
-        let path = Literal::string(&field.path());
-        let tokens = &field.tokens;
-        let located = Ident::new("__tc_args", Span::mixed_site().located_at(span));
-        quote_spanned!(span=> #builder.key_field(#path, &#located.#tokens);)
-    });
+    // The key fields' roots are bound under the user's own names, so the
+    // `key_field` calls below are token-for-token those of the function body:
+    // a key field that is not `Serialize` then yields one diagnostic, not two.
+    let mut roots: Vec<&Ident> = Vec::new();
+    for field in &c.key_fields {
+        if !roots.iter().any(|r| **r == field.root) {
+            roots.push(&field.root);
+        }
+    }
+    let key_fields = key_field_calls(c, builder);
     let key_of_item = match c.kind {
         Kind::Mutating => quote! {
             fn #key_of(
                 #value: &#p::serde_json::Value,
             ) -> ::core::result::Result<::std::string::String, #p::Error> {
                 let #decoded: #args = #p::decode_args(&#spec, #value)?;
+                let #args { #(#roots,)* .. } = #decoded;
                 let mut #builder = #p::CallBuilder::new(&#spec);
-                #(#key_fields)*
+                #key_fields
                 #builder.key()
             }
         },
@@ -336,11 +383,18 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
         Kind::Mutating => quote!(::core::option::Option::Some(#key_of as #p::KeyOfFn)),
         Kind::ReadOnly => quote!(::core::option::Option::None),
     };
-    let boxed = quote_spanned! {fn_name.span()=>
-        ::std::boxed::Box::pin
-    };
-    let encode = quote_spanned! {ret_span=>
-        #p::encode_result::<#ok, #err>
+    let encoder = private("__TcEncode");
+    let encode_checked = private("__TcEncodeChecked");
+    let encode_unchecked = private("__TcEncodeUnchecked");
+    // Spanned at the function's name: a registered tool's future must be
+    // `Send`, and that error should name the tool, not the attribute.
+    let invoke_body = quote_spanned! {fn_name.span()=>
+        ::std::boxed::Box::pin(async move {
+            let #decoded: #args = #p::decode_args(&#spec, &#value)?;
+            #lets
+            let #result = #fn_name(#(#call_args),*).await;
+            (&&#encoder(::core::cell::Cell::new(::core::option::Option::Some(#result)))).__tc_encode()
+        })
     };
 
     quote! {
@@ -355,11 +409,36 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
             #ctx: &#lifetime #p::Context,
             #value: #p::serde_json::Value,
         ) -> #p::BoxFuture<#lifetime, ::core::result::Result<#p::serde_json::Value, #p::Error>> {
-            #boxed(async move {
-                let #decoded: #args = #p::decode_args(&#spec, &#value)?;
-                #lets
-                #encode(&#spec, #fn_name(#(#call_args),*).await)
-            })
+            #invoke_body
+        }
+
+        // `encode_result` needs `T: Serialize, E: Display`. Those bounds are
+        // already checked (and reported, once, at the user's types) in the
+        // function body; dispatching by autoref here keeps this separate body
+        // from reporting them a second time.
+        struct #encoder<T, E>(::core::cell::Cell<::core::option::Option<::core::result::Result<T, E>>>);
+        #[allow(dead_code)]
+        trait #encode_checked {
+            fn __tc_encode(&self) -> ::core::result::Result<#p::serde_json::Value, #p::Error>;
+        }
+        impl<T: #p::serde::Serialize, E: ::core::fmt::Display> #encode_checked for &#encoder<T, E> {
+            fn __tc_encode(&self) -> ::core::result::Result<#p::serde_json::Value, #p::Error> {
+                match self.0.take() {
+                    ::core::option::Option::Some(result) => #p::encode_result::<T, E>(&#spec, result),
+                    ::core::option::Option::None => ::core::unreachable!(),
+                }
+            }
+        }
+        #[allow(dead_code)]
+        trait #encode_unchecked {
+            fn __tc_encode(&self) -> ::core::result::Result<#p::serde_json::Value, #p::Error>;
+        }
+        impl<T, E> #encode_unchecked for #encoder<T, E> {
+            fn __tc_encode(&self) -> ::core::result::Result<#p::serde_json::Value, #p::Error> {
+                // Only selected when the bounds above fail, which is already a
+                // compile error in the tool's body.
+                ::core::unreachable!()
+            }
         }
 
         #key_of_item
@@ -383,5 +462,120 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
                 #output_schema,
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Kind;
+    use proc_macro2::TokenStream;
+    use quote::quote;
+
+    fn expand(kind: Kind, attr: TokenStream, item: TokenStream) -> (String, syn::File) {
+        let out = crate::tool(kind, attr, item);
+        let text = out.to_string();
+        let file: syn::File = syn::parse2(out).expect("the expansion parses as items");
+        (text, file)
+    }
+
+    #[test]
+    fn mutating_free_fn_expands_to_one_fn_with_the_signature_verbatim() {
+        let (text, file) = expand(
+            Kind::Mutating,
+            quote! { idempotency_key_fields = [user_id, cart.id] },
+            quote! {
+                /// Doc.
+                pub async fn create_order(user_id: u64, cart: Cart, note: String, #[context] db: &Db)
+                    -> Result<Order, ShopError> { body(db) }
+            },
+        );
+        assert_eq!(file.items.len(), 1);
+        let syn::Item::Fn(func) = &file.items[0] else {
+            panic!("not a fn")
+        };
+        let sig = &func.sig;
+        assert_eq!(
+            quote!(#sig).to_string(),
+            quote!(async fn create_order(user_id: u64, cart: Cart, note: String, db: &Db) -> Result<Order, ShopError>)
+                .to_string()
+        );
+        // JCS order: `cart.id` before `user_id`, in the spec and in the calls.
+        assert!(
+            text.contains(r#"key_fields : & ["cart.id" , "user_id"]"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"params : & ["user_id" , "cart" , "note"]"#),
+            "{text}"
+        );
+        let cart = text.find(r#"key_field ("cart.id""#).unwrap();
+        let user = text.find(r#"key_field ("user_id""#).unwrap();
+        assert!(cart < user);
+        assert!(
+            text.contains("Context :: get :: < Db > (__tc_ctx , & __TC_SPEC , \"db\")"),
+            "{text}"
+        );
+        assert!(text.contains("inventory :: submit !"));
+        assert!(
+            text.contains(":: tool_contracts :: __private :: execute :: < Order , ShopError , _ >")
+        );
+        assert!(
+            !text.contains("# [context]"),
+            "#[context] is stripped: {text}"
+        );
+    }
+
+    #[test]
+    fn methods_are_not_registered() {
+        let (text, _) = expand(
+            Kind::Mutating,
+            quote! { idempotency_key_fields = [id], cache_errors = true },
+            quote! { async fn refund(&self, id: u64) -> Result<u64, E> { Ok(id) } },
+        );
+        assert!(!text.contains("submit"));
+        assert!(!text.contains("__tc_invoke"));
+        assert!(text.contains("execute_caching_errors"));
+        assert!(text.contains("assert_cacheable_error"));
+        assert!(!text.contains("assert_error_display"));
+    }
+
+    #[test]
+    fn read_only_keeps_the_body_and_registers_without_key() {
+        let (text, _) = expand(
+            Kind::ReadOnly,
+            quote! {},
+            quote! { async fn list(#[context] db: Db) -> Result<Vec<u8>, E> { Ok(vec![]) } },
+        );
+        assert!(text.contains(":: core :: option :: Option :: None"));
+        assert!(text.contains("get_cloned :: < Db >"));
+        assert!(!text.contains("execute"));
+        assert!(text.contains("ToolKind :: ReadOnly"));
+    }
+
+    #[test]
+    fn errors_keep_the_function_and_report_everything() {
+        let (text, file) = expand(
+            Kind::Mutating,
+            quote! { idempotency_key_fields = [nope], tll = "1h" },
+            quote! { fn f(a: &str, #[context] db: &Db) -> u64 { 1 } },
+        );
+        assert_eq!(text.matches("compile_error !").count(), 5, "{text}");
+        let funcs = file
+            .items
+            .iter()
+            .filter(|i| matches!(i, syn::Item::Fn(_)))
+            .count();
+        assert_eq!(funcs, 1);
+        assert!(
+            text.contains("fn f (a : & str , db : & Db) -> u64 { 1 }"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn not_a_function() {
+        let out = crate::tool(Kind::Mutating, quote! {}, quote! { struct S; }).to_string();
+        assert!(out.contains("goes on an `async fn` with a body"));
+        assert!(out.ends_with("struct S ;"));
     }
 }

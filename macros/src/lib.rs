@@ -74,6 +74,16 @@
 //! still be `Serialize` (it is fingerprinted). An associated function without
 //! a receiver cannot be told apart from a free function and is not supported.
 //!
+//! # Expansion
+//!
+//! The signature is kept verbatim (only `#[context]` markers are removed).
+//! The body becomes the tail of an `async move` block handed to the runtime's
+//! dedup engine, preceded by a "fake return edge" typed with the declared
+//! return type, so `return` and `?` behave as in the original function and a
+//! type error is reported where it is written. Generated names start with
+//! `__tc_`/`__Tc`/`__TC_` and are not nameable from the body; do not use that
+//! prefix for your own items. Every path the expansion emits is absolute.
+//!
 //! # Limitations
 //!
 //! - Types are unknown at macro time: the clock check only sees the type

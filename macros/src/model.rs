@@ -54,12 +54,13 @@ impl<'a> Model<'a> {
         self.receiver.is_some()
     }
 
-    /// The doc comment, each line trimmed of one leading space, joined with
-    /// `\n`, trimmed. Non-literal `#[doc = ...]` attributes are skipped.
+    /// The (outer) doc comment, each line trimmed of one leading space,
+    /// joined with `\n`, trimmed. Non-literal `#[doc = ...]` attributes are
+    /// skipped.
     pub(crate) fn doc(&self) -> String {
         let mut lines = Vec::new();
         for attr in &self.func.attrs {
-            if !attr.path().is_ident("doc") {
+            if !attr.path().is_ident("doc") || !matches!(attr.style, syn::AttrStyle::Outer) {
                 continue;
             }
             let syn::Meta::NameValue(nv) = &attr.meta else {
@@ -120,7 +121,10 @@ mod tests {
         let model = Model::new(&func);
         assert!(model.is_method());
         assert_eq!(model.params.len(), 3);
-        assert_eq!(model.params[0].ident.map(ToString::to_string).as_deref(), Some("a"));
+        assert_eq!(
+            model.params[0].ident.map(ToString::to_string).as_deref(),
+            Some("a")
+        );
         assert!(model.params[1].ident.is_none());
         assert!(model.params[2].is_context());
         assert!(!model.params[0].is_context());

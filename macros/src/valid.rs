@@ -146,18 +146,30 @@ pub(crate) fn check<'a>(
         .lease
         .as_ref()
         .map_or(DEFAULT_LEASE_MS, |opt| duration(opt, errors));
-    let concurrent = choice(&args.concurrent, &[("wait", "Wait"), ("reject", "Reject")], errors);
+    let concurrent = choice(
+        &args.concurrent,
+        &[("wait", "Wait"), ("reject", "Reject")],
+        errors,
+    );
     let payload_mismatch = choice(
         &args.payload_mismatch,
         &[("reject", "Reject"), ("replay", "Replay")],
         errors,
     );
-    let on_unknown = choice(&args.on_unknown, &[("fail", "Fail"), ("rerun", "Rerun")], errors);
+    let on_unknown = choice(
+        &args.on_unknown,
+        &[("fail", "Fail"), ("rerun", "Rerun")],
+        errors,
+    );
     let flag = |opt: &Option<Opt<Flag>>| opt.as_ref().is_some_and(|o| o.value.value);
 
     check_generics(model, errors);
     if let Some(receiver) = model.receiver {
-        for a in receiver.attrs.iter().filter(|a| crate::model::is_context(a)) {
+        for a in receiver
+            .attrs
+            .iter()
+            .filter(|a| crate::model::is_context(a))
+        {
             errors.push(syn::Error::new_spanned(
                 a,
                 "`#[context]` marks injected parameters; the receiver cannot be one",
@@ -377,17 +389,22 @@ fn check_generics(model: &Model, errors: &mut Errors) {
     if model.is_method() {
         return;
     }
-    const WHY: &str = "the registry calls them with arguments decoded from JSON, so every type must be concrete \
-                       (methods may be generic, but they are not registered)";
+    const WHY: &str = "methods may be generic: they are deduplicated but not registered";
     for param in &model.func.sig.generics.params {
         match param {
             syn::GenericParam::Type(t) => errors.push(syn::Error::new_spanned(
                 t,
-                format!("registered tools cannot be generic: `{}` cannot be chosen by a JSON call; {WHY}", t.ident),
+                format!(
+                    "registered tools cannot be generic: a JSON call cannot choose `{}`; use a concrete type ({WHY})",
+                    t.ident
+                ),
             )),
             syn::GenericParam::Const(c) => errors.push(syn::Error::new_spanned(
                 c,
-                format!("registered tools cannot be generic: `{}` cannot be chosen by a JSON call; {WHY}", c.ident),
+                format!(
+                    "registered tools cannot be generic: a JSON call cannot choose `{}`; use a constant ({WHY})",
+                    c.ident
+                ),
             )),
             syn::GenericParam::Lifetime(_) => {}
         }
@@ -397,7 +414,8 @@ fn check_generics(model: &Model, errors: &mut Errors) {
             errors.push(syn::Error::new_spanned(
                 imp,
                 format!(
-                    "registered tools cannot be generic: `{}` is a hidden type parameter; take a concrete type; {WHY}",
+                    "registered tools cannot be generic: `{}` is a hidden type parameter a JSON call cannot choose; \
+                     take a concrete type ({WHY})",
                     type_to_string(imp)
                 ),
             ));
@@ -478,7 +496,9 @@ pub(crate) fn owned_suggestion(ty: &Type) -> String {
                         match arg {
                             GenericArgument::Type(t) => {
                                 let owned = owned_suggestion(t);
-                                *t = Type::Verbatim(owned.parse().unwrap_or_else(|_| t.to_token_stream()));
+                                *t = Type::Verbatim(
+                                    owned.parse().unwrap_or_else(|_| t.to_token_stream()),
+                                );
                             }
                             GenericArgument::Lifetime(lt) => {
                                 lt.ident = Ident::new("static", lt.ident.span());
@@ -735,16 +755,13 @@ fn check_key_fields<'a>(
             let suggestion = closest(&root, json_params.iter().map(String::as_str))
                 .map(|best| format!("did you mean `{best}`? "))
                 .unwrap_or_default();
+            let params = backticked(json_params.iter().map(String::as_str));
             let message = if json_params.is_empty() {
                 format!("no parameter named `{root}`; this function has no arguments that can be part of the key")
+            } else if suggestion.is_empty() {
+                format!("no parameter named `{root}`; parameters are {params}")
             } else {
-                let sep = if suggestion.is_empty() { "; " } else { "; " };
-                let params = backticked(json_params.iter().map(String::as_str));
-                if suggestion.is_empty() {
-                    format!("no parameter named `{root}`{sep}parameters are {params}")
-                } else {
-                    format!("no parameter named `{root}`{sep}{suggestion}Parameters are {params}")
-                }
+                format!("no parameter named `{root}`; {suggestion}Parameters are {params}")
             };
             errors.push(syn::Error::new_spanned(&field.root, message));
             continue;
@@ -776,7 +793,10 @@ fn check_key_fields<'a>(
             ));
             continue;
         }
-        if let Some((_, wider)) = accepted.iter().find(|(_, p)| covers(p, &path) || covers(&path, p)) {
+        if let Some((_, wider)) = accepted
+            .iter()
+            .find(|(_, p)| covers(p, &path) || covers(&path, p))
+        {
             let (narrow, wide) = if covers(wider, &path) {
                 (path.clone(), wider.clone())
             } else {
@@ -784,7 +804,9 @@ fn check_key_fields<'a>(
             };
             errors.push(syn::Error::new_spanned(
                 &field.tokens,
-                format!("`{narrow}` is already part of the key through `{wide}`; list only one of them"),
+                format!(
+                    "`{narrow}` is already part of the key through `{wide}`; list only one of them"
+                ),
             ));
             continue;
         }
@@ -824,5 +846,314 @@ fn clock_type(ty: &Type) -> Option<String> {
             CLOCK_TYPES.contains(&name.as_str()).then_some(name)
         }
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::args;
+    use proc_macro2::TokenStream;
+    use quote::quote;
+
+    /// Runs parsing and validation; the error messages, or the contract's
+    /// key-field paths.
+    fn run(kind: Kind, attr: TokenStream, item: TokenStream) -> Result<Vec<String>, Vec<String>> {
+        let func: syn::ItemFn = syn::parse2(item).expect("test item is a fn");
+        let mut errors = Errors::default();
+        let args = args::parse(kind, attr, &mut errors);
+        let model = Model::new(&func);
+        match check(kind, &args, &model, &mut errors) {
+            Some(contract) => Ok(contract.key_fields.iter().map(|f| f.path()).collect()),
+            None => Err(errors
+                .into_result()
+                .err()
+                .map(|e| e.into_iter().map(|e| e.to_string()).collect())
+                .unwrap_or_default()),
+        }
+    }
+
+    fn errs(attr: TokenStream, item: TokenStream) -> Vec<String> {
+        run(Kind::Mutating, attr, item).expect_err("expected errors")
+    }
+
+    fn shop(params: TokenStream) -> TokenStream {
+        quote! { async fn create_order(#params) -> Result<Order, ShopError> { todo!() } }
+    }
+
+    #[test]
+    fn key_fields_are_sorted_in_jcs_order() {
+        let keys = run(
+            Kind::Mutating,
+            quote! { idempotency_key_fields = [user_id, cart.id, Zed, a_b, ab] },
+            shop(quote! { user_id: u64, cart: Cart, Zed: u8, a_b: u8, ab: u8 }),
+        )
+        .unwrap();
+        assert_eq!(keys, ["Zed", "a_b", "ab", "cart.id", "user_id"]);
+    }
+
+    #[test]
+    fn jcs_order_compares_utf16_code_units() {
+        // U+FB01 sorts after U+1F600 in UTF-8/code points but before it in UTF-16.
+        assert_eq!(
+            jcs_cmp("\u{fb01}", "\u{1f600}"),
+            std::cmp::Ordering::Greater
+        );
+        assert!("\u{fb01}" < "\u{1f600}");
+    }
+
+    #[test]
+    fn unknown_root_suggests_and_lists_parameters() {
+        let e = errs(
+            quote! { idempotency_key_fields = [user_idd] },
+            shop(quote! { user_id: u64, cart: Cart, note: String, #[context] db: &Db }),
+        );
+        assert_eq!(
+            e,
+            ["no parameter named `user_idd`; did you mean `user_id`? Parameters are `user_id`, `cart`, `note`"]
+        );
+    }
+
+    #[test]
+    fn missing_empty_duplicate_and_redundant_key_fields() {
+        let e = errs(quote! {}, shop(quote! { user_id: u64 }));
+        assert!(
+            e[0].starts_with("`#[mutating_tool]` needs `idempotency_key_fields`"),
+            "{e:?}"
+        );
+        assert!(e[0].contains("[user_id]"));
+        let e = errs(
+            quote! { idempotency_key_fields = [] },
+            shop(quote! { user_id: u64 }),
+        );
+        assert!(
+            e[0].starts_with("`idempotency_key_fields` is empty"),
+            "{e:?}"
+        );
+        let e = errs(
+            quote! { idempotency_key_fields = [a, a, b.x, b] },
+            shop(quote! { a: u64, b: B }),
+        );
+        assert_eq!(
+            e,
+            [
+                "`a` is listed twice in `idempotency_key_fields`; remove this one",
+                "`b.x` is already part of the key through `b`; list only one of them",
+            ]
+        );
+    }
+
+    #[test]
+    fn context_self_and_clock_key_fields() {
+        let e = errs(
+            quote! { idempotency_key_fields = [db, self.id, created, when, stamp.secs] },
+            quote! {
+                async fn f(&self, #[context] db: &Db, created: std::time::SystemTime,
+                           when: Option<&chrono::DateTime<Utc>>, stamp: Timestamp) -> Result<(), E> { Ok(()) }
+            },
+        );
+        assert_eq!(e.len(), 5, "{e:#?}");
+        assert!(e[0].starts_with("`db` is a `#[context]` parameter"));
+        assert!(e[1].starts_with("`self` is never part of the key"));
+        assert!(e[2].starts_with("`created` is a `SystemTime`: a key derived from time"));
+        assert!(e[3].starts_with("`when` is a `DateTime`"));
+        assert!(e[4].starts_with("`stamp` is a `Timestamp`"));
+    }
+
+    #[test]
+    fn sync_generic_borrowed_and_unsafe_free_functions() {
+        let e = errs(
+            quote! { idempotency_key_fields = [a] },
+            quote! {
+                unsafe fn f<T, const N: usize>(a: u64, b: &str, c: impl Into<String>, d: Vec<&'static [u8]>,
+                    e: Cow<'a, str>, #[context] f: &mut Db) -> Result<(), E> { Ok(()) }
+            },
+        );
+        assert_eq!(e.len(), 9, "{e:#?}");
+        assert!(e[0].starts_with("`#[mutating_tool]` needs an `async fn`: write `async fn f(...)`"));
+        assert!(e[1].starts_with("registered tools cannot be `unsafe fn`"));
+        assert!(
+            e[2].starts_with("registered tools cannot be generic: a JSON call cannot choose `T`")
+        );
+        assert!(
+            e[3].starts_with("registered tools cannot be generic: a JSON call cannot choose `N`")
+        );
+        assert!(e[4].starts_with("registered tools cannot be generic: `impl Into<String>`"));
+        assert!(
+            e[5].contains("write `String` instead of `&str`"),
+            "{}",
+            e[5]
+        );
+        assert!(
+            e[6].contains("write `Vec<Vec<u8>>` instead of `Vec<&'static [u8]>`"),
+            "{}",
+            e[6]
+        );
+        assert!(
+            e[7].contains("`Cow<'a, str>` borrows: write `Cow<'static, str>` instead"),
+            "{}",
+            e[7]
+        );
+        assert!(
+            e[8].starts_with("context values are shared by every call: take `&Db`"),
+            "{}",
+            e[8]
+        );
+    }
+
+    #[test]
+    fn methods_may_be_generic_and_borrow() {
+        let keys = run(
+            Kind::Mutating,
+            quote! { idempotency_key_fields = [id] },
+            quote! {
+                async fn f<T: Serialize>(&mut self, id: &str, x: impl Serialize, t: T) -> Result<(), E> { Ok(()) }
+            },
+        )
+        .unwrap();
+        assert_eq!(keys, ["id"]);
+    }
+
+    #[test]
+    fn return_type_must_be_a_two_argument_result() {
+        let item = |ret: TokenStream| quote! { async fn f(a: u64) #ret { todo!() } };
+        let attr = quote! { idempotency_key_fields = [a] };
+        let e = errs(attr.clone(), item(quote! {}));
+        assert!(e[0].starts_with("`#[mutating_tool]` needs a return type `Result<T, E>` where E: From<tool_contracts::Error>"));
+        let e = errs(attr.clone(), item(quote! { -> u64 }));
+        assert!(e[0].contains("write `-> Result<u64, E>`"), "{e:?}");
+        let e = errs(attr.clone(), item(quote! { -> io::Result<u64> }));
+        assert!(
+            e[0].starts_with("`io::Result<u64>` hides the error type"),
+            "{e:?}"
+        );
+        let e = errs(attr.clone(), item(quote! { -> Result<impl Serialize, E> }));
+        assert!(
+            e[0].starts_with("tools must name their output and error types"),
+            "{e:?}"
+        );
+        for ok in [
+            quote! { -> Result<u64, E> },
+            quote! { -> ::core::result::Result<u64, E> },
+            quote! { -> std::result::Result<Vec<u8>, my::Error> },
+        ] {
+            run(Kind::Mutating, attr.clone(), item(ok)).unwrap();
+        }
+    }
+
+    #[test]
+    fn option_values_are_checked() {
+        let e = errs(
+            quote! {
+                idempotency_key_fields = [a], name = "has space", version = 0, ttl = "0s",
+                lease = "1x", concurrent = "block", payload_mismatch = "warn", on_unknown = "retry",
+            },
+            shop(quote! { a: u64 }),
+        );
+        assert_eq!(e.len(), 7, "{e:#?}");
+        assert!(e[0].starts_with("invalid tool name \"has space\""));
+        assert!(e[1].starts_with("`version` is a schema version"));
+        assert_eq!(
+            e[2],
+            r#"`ttl` must be longer than zero: write a duration like "30s", "15m", "24h" or "1h30m""#
+        );
+        assert!(e[3].starts_with(r#"`lease` = "1x" is not a duration"#));
+        assert_eq!(
+            e[4],
+            r#"`concurrent` must be "wait" or "reject", not "block""#
+        );
+        assert_eq!(
+            e[5],
+            r#"`payload_mismatch` must be "reject" or "replay", not "warn""#
+        );
+        assert_eq!(
+            e[6],
+            r#"`on_unknown` must be "fail" or "rerun", not "retry""#
+        );
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms"), Ok(500));
+        assert_eq!(parse_duration("30s"), Ok(30_000));
+        assert_eq!(parse_duration("1h30m"), Ok(5_400_000));
+        assert_eq!(parse_duration("1d2h3m4s5ms"), Ok(93_784_005));
+        assert_eq!(parse_duration("24h"), Ok(86_400_000));
+        for bad in [
+            "", "1", "h", "1 h", "30m1h", "1h1h", "1.5h", "-1s", "1hr", "1H",
+        ] {
+            assert_eq!(parse_duration(bad), Err("malformed"), "{bad:?}");
+        }
+        assert_eq!(parse_duration("0s"), Err("zero"));
+        assert_eq!(parse_duration("0h0m"), Err("zero"));
+        assert_eq!(parse_duration("99999999999999999999d"), Err("too large"));
+        assert_eq!(parse_duration("999999999999999d"), Err("too large"));
+    }
+
+    #[test]
+    fn tool_names_follow_the_mcp_rule() {
+        assert!(valid_tool_name("create_order"));
+        assert!(valid_tool_name("payments.charge-v2"));
+        assert!(valid_tool_name(&"a".repeat(128)));
+        assert!(!valid_tool_name(&"a".repeat(129)));
+        assert!(!valid_tool_name(""));
+        assert!(!valid_tool_name("créer"));
+        assert!(!valid_tool_name("a/b"));
+        let e = errs(
+            quote! { idempotency_key_fields = [a] },
+            quote! {
+                async fn créer(a: u64) -> Result<(), E> { Ok(()) }
+            },
+        );
+        assert!(
+            e[0].starts_with("the tool name defaults to the function name \"créer\""),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn read_only_tools_reject_mutating_options() {
+        let e = run(
+            Kind::ReadOnly,
+            quote! { idempotency_key_fields = [a], ttl = "1h", destructive, open_world },
+            quote! { async fn f(a: u64) -> Result<u64, E> { Ok(a) } },
+        )
+        .unwrap_err();
+        assert_eq!(e.len(), 3, "{e:#?}");
+        assert!(e[0].starts_with("read-only tools need no key"));
+        assert!(e[1].starts_with("`ttl` does not apply to `#[read_only_tool]`"));
+        assert!(e[2].starts_with("`destructive` does not apply to `#[read_only_tool]`"));
+        let e = run(Kind::ReadOnly, quote! {}, quote! { fn f() -> u64 { 1 } }).unwrap_err();
+        assert!(e[0].starts_with("`#[read_only_tool]` needs an `async fn`"));
+        assert!(e[1].starts_with(
+            "`#[read_only_tool]` needs the return type `Result<T, E>` where E: Display"
+        ));
+    }
+
+    #[test]
+    fn parameters_must_be_plain_names_and_context_well_formed() {
+        let e = errs(
+            quote! { idempotency_key_fields = [a] },
+            shop(
+                quote! { a: u64, (b, c): (u8, u8), #[context(x)] d: &D, #[context] #[context] e: &E, #[cfg(test)] f: u8 },
+            ),
+        );
+        assert_eq!(e.len(), 4, "{e:#?}");
+        assert!(e[0].starts_with("tool parameters must be plain names"));
+        assert_eq!(e[1], "`#[context]` takes no arguments: write `#[context]`");
+        assert_eq!(e[2], "duplicate `#[context]`");
+        assert!(e[3].starts_with("tool parameters cannot be conditional"));
+    }
+
+    #[test]
+    fn owned_suggestions() {
+        let s = |t: TokenStream| owned_suggestion(&syn::parse2(t).unwrap());
+        assert_eq!(s(quote!(&str)), "String");
+        assert_eq!(s(quote!(&'a [u8])), "Vec<u8>");
+        assert_eq!(s(quote!(&Path)), "PathBuf");
+        assert_eq!(s(quote!(&Cart)), "Cart");
+        assert_eq!(s(quote!(Option<&str>)), "Option<String>");
+        assert_eq!(s(quote!((&str, &[&str]))), "(String, Vec<String>)");
+        assert_eq!(s(quote!(&dyn Fn())), "Box<dyn Fn()>");
     }
 }

@@ -10,8 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tool_contracts_runtime::store::{
-    ClaimOutcome, ClaimRequest, Completion, HistoryKind, RecordState, Resolution, Store,
-    StoreError,
+    ClaimOutcome, ClaimRequest, Completion, HistoryKind, RecordState, Resolution, Store, StoreError,
 };
 
 /// A fresh prefix per suite run, so suites can share one server.
@@ -82,7 +81,9 @@ pub async fn abandon_makes_the_outcome_unknown_at_once(store: &dyn Store, p: &st
     ));
     assert_eq!(
         store.complete(&key, token + 1_000_000, done("1")).await,
-        Err(StoreError::LeaseLost { token: token + 1_000_000 })
+        Err(StoreError::LeaseLost {
+            token: token + 1_000_000
+        })
     );
 }
 
@@ -100,11 +101,20 @@ pub async fn operators_list_and_resolve_pending_keys(store: &dyn Store, p: &str)
         .collect();
     assert_eq!(ours, vec![first.as_str(), second.as_str()], "oldest first");
     let rec = pending.iter().find(|r| r.key == first).unwrap();
-    assert_eq!(rec.args, r#"{"note":"x"}"#, "arguments kept for reconciliation");
+    assert_eq!(
+        rec.args, r#"{"note":"x"}"#,
+        "arguments kept for reconciliation"
+    );
     assert!(matches!(rec.state, RecordState::InProgress { token, .. } if token == t1));
 
-    let done_result = Resolution::Complete { result: "\"resolved\"", ttl: LONG };
-    store.resolve(&first, done_result, HistoryKind::Resolved, "operator").await.unwrap();
+    let done_result = Resolution::Complete {
+        result: "\"resolved\"",
+        ttl: LONG,
+    };
+    store
+        .resolve(&first, done_result, HistoryKind::Resolved, "operator")
+        .await
+        .unwrap();
     assert_eq!(
         store.complete(&first, t1, done("1")).await,
         Err(StoreError::LeaseLost { token: t1 }),
@@ -115,16 +125,41 @@ pub async fn operators_list_and_resolve_pending_keys(store: &dyn Store, p: &str)
         ClaimOutcome::Completed(ref rec) if matches!(rec.state, RecordState::Completed { ref result, .. } if result == "\"resolved\"")
     ));
     assert_eq!(
-        store.resolve(&first, Resolution::Release, HistoryKind::Resolved, "operator").await,
+        store
+            .resolve(
+                &first,
+                Resolution::Release,
+                HistoryKind::Resolved,
+                "operator"
+            )
+            .await,
         Err(StoreError::NotPending),
         "a completed result is never overwritten by an operator"
     );
-    store.resolve(&second, Resolution::Release, HistoryKind::Resolved, "operator").await.unwrap();
-    assert_eq!(store.release(&second, t2).await, Err(StoreError::LeaseLost { token: t2 }));
+    store
+        .resolve(
+            &second,
+            Resolution::Release,
+            HistoryKind::Resolved,
+            "operator",
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store.release(&second, t2).await,
+        Err(StoreError::LeaseLost { token: t2 })
+    );
     let t3 = acquire(store, req(&second, LONG)).await;
     assert!(t3 > t2);
     assert_eq!(
-        store.resolve(&format!("{p}/never-claimed"), Resolution::Release, HistoryKind::Resolved, "operator").await,
+        store
+            .resolve(
+                &format!("{p}/never-claimed"),
+                Resolution::Release,
+                HistoryKind::Resolved,
+                "operator"
+            )
+            .await,
         Err(StoreError::NotPending)
     );
 }
@@ -167,7 +202,10 @@ pub async fn claim_complete_replay(store: &dyn Store, p: &str) {
             lease_remaining,
         } => {
             assert_eq!(fingerprint, "note=abc");
-            assert!(lease_remaining > Duration::from_secs(20), "{lease_remaining:?}");
+            assert!(
+                lease_remaining > Duration::from_secs(20),
+                "{lease_remaining:?}"
+            );
         }
         other => panic!("expected InProgress, got {other:?}"),
     }
@@ -181,7 +219,9 @@ pub async fn claim_complete_replay(store: &dyn Store, p: &str) {
                 assert_eq!(rec.fingerprint, "note=abc");
                 assert_eq!(rec.args, r#"{"note":"x"}"#);
                 match rec.state {
-                    RecordState::Completed { result, is_error, .. } => {
+                    RecordState::Completed {
+                        result, is_error, ..
+                    } => {
                         assert_eq!(result, "false", "a falsy result is stored as itself");
                         assert!(!is_error);
                     }
@@ -246,7 +286,10 @@ pub async fn stale_holder_is_fenced_after_takeover(store: &dyn Store, p: &str) {
         store.complete(&key, stale, done("1")).await,
         Err(StoreError::LeaseLost { token: stale })
     );
-    assert_eq!(store.release(&key, stale).await, Err(StoreError::LeaseLost { token: stale }));
+    assert_eq!(
+        store.release(&key, stale).await,
+        Err(StoreError::LeaseLost { token: stale })
+    );
     assert_eq!(
         store.renew(&key, stale, LONG).await,
         Err(StoreError::LeaseLost { token: stale })
@@ -265,8 +308,14 @@ pub async fn release_frees_the_key_and_tokens_never_repeat(store: &dyn Store, p:
     let first = acquire(store, req(&key, LONG)).await;
     store.release(&key, first).await.unwrap();
     let second = acquire(store, req(&key, LONG)).await;
-    assert!(second > first, "a released key's next token is higher: {second} > {first}");
-    assert_eq!(store.release(&key, first).await, Err(StoreError::LeaseLost { token: first }));
+    assert!(
+        second > first,
+        "a released key's next token is higher: {second} > {first}"
+    );
+    assert_eq!(
+        store.release(&key, first).await,
+        Err(StoreError::LeaseLost { token: first })
+    );
     assert_eq!(
         store.complete(&key, first, done("0")).await,
         Err(StoreError::LeaseLost { token: first })
@@ -356,7 +405,9 @@ pub async fn large_results_round_trip(store: &dyn Store, p: &str) {
     store.complete(&key, token, done(&big)).await.unwrap();
     match store.claim(req(&key, LONG)).await.unwrap() {
         ClaimOutcome::Completed(rec) => {
-            assert!(matches!(rec.state, RecordState::Completed { ref result, .. } if *result == big))
+            assert!(
+                matches!(rec.state, RecordState::Completed { ref result, .. } if *result == big)
+            )
         }
         other => panic!("{other:?}"),
     }
