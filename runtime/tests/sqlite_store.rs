@@ -1,0 +1,404 @@
+//! `SqliteStore` passes the store conformance suite, keeps its records across restarts,
+//! stays atomic when several stores share one file, and reports bad files as errors.
+
+#![cfg(feature = "sqlite")]
+
+mod conformance;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tool_contracts_runtime::store::{
+    ClaimOutcome, ClaimRequest, Completion, RecordState, SqliteStore, Store, StoreError,
+};
+
+/// A database file in the temp directory, deleted (with its WAL files) when dropped.
+struct TempDb(PathBuf);
+
+impl TempDb {
+    fn new(name: &str) -> Self {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let unique = conformance::unique(&format!("tc-sqlite-{name}-{n}"));
+        Self(std::env::temp_dir().join(format!("{unique}.db")))
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDb {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let mut file = self.0.clone().into_os_string();
+            file.push(suffix);
+            let _ = std::fs::remove_file(file);
+        }
+    }
+}
+
+fn req(key: &str) -> ClaimRequest<'_> {
+    ClaimRequest {
+        key,
+        tool: "sqlite_tool",
+        scope: None,
+        fingerprint: "fp",
+        args: "{}",
+        lease: Duration::from_secs(30),
+        ttl: Duration::from_secs(60),
+        worker: "sqlite-test",
+    }
+}
+
+fn done(result: &str) -> Completion<'_> {
+    Completion {
+        result,
+        is_error: false,
+        ttl: Duration::from_secs(60),
+    }
+}
+
+async fn acquire(store: &dyn Store, key: &str) -> u64 {
+    match store.claim(req(key)).await.unwrap() {
+        ClaimOutcome::Acquired { token } => token,
+        other => panic!("expected Acquired for {key}, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_store_passes_the_conformance_suite() {
+    let db = TempDb::new("conformance");
+    let store = SqliteStore::open(db.path()).await.unwrap();
+    conformance::run_all(Arc::new(store), &conformance::unique("sqlite")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn results_survive_reopening_the_file() {
+    let db = TempDb::new("reopen");
+    let (first_token, pending_token) = {
+        let store = SqliteStore::open(db.path()).await.unwrap();
+        let token = acquire(&store, "done").await;
+        store
+            .complete("done", token, done("\"paid\""))
+            .await
+            .unwrap();
+        let pending = acquire(&store, "running").await;
+        (token, pending)
+    };
+    // The first store is dropped: a restarted process opens the same file.
+    let store = SqliteStore::open(db.path()).await.unwrap();
+    match store.claim(req("done")).await.unwrap() {
+        ClaimOutcome::Completed(rec) => assert!(matches!(
+            rec.state,
+            RecordState::Completed { ref result, .. } if result == "\"paid\""
+        )),
+        other => panic!("a completed result must survive a restart: {other:?}"),
+    }
+    assert!(matches!(
+        store.lookup("running").await.unwrap().map(|r| r.state),
+        Some(RecordState::InProgress { token, .. }) if token == pending_token
+    ));
+    assert_eq!(store.history("done").await.unwrap().len(), 2);
+    let fresh = acquire(&store, "new").await;
+    assert!(
+        fresh > pending_token && fresh > first_token,
+        "the fencing counter survives a restart: {fresh}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_stores_on_one_file_have_one_winner() {
+    let db = TempDb::new("race");
+    let a: Arc<dyn Store> = Arc::new(SqliteStore::open(db.path()).await.unwrap());
+    let b: Arc<dyn Store> = Arc::new(SqliteStore::open(db.path()).await.unwrap());
+    let tasks: Vec<_> = (0..32)
+        .map(|i| {
+            let store = Arc::clone(if i % 2 == 0 { &a } else { &b });
+            tokio::spawn(async move { store.claim(req("contended")).await })
+        })
+        .collect();
+    let mut winners = 0;
+    for task in tasks {
+        match task.await.unwrap().unwrap() {
+            ClaimOutcome::Acquired { .. } => winners += 1,
+            ClaimOutcome::InProgress { .. } => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(
+        winners, 1,
+        "exactly one of 32 claims through two stores wins"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stores_opening_a_new_file_at_once_share_one_schema() {
+    let db = TempDb::new("open-race");
+    let path = db.path().to_path_buf();
+    let opens: Vec<_> = (0..4)
+        .map(|_| {
+            let path = path.clone();
+            tokio::spawn(async move { SqliteStore::open(path).await })
+        })
+        .collect();
+    let mut stores = Vec::new();
+    for open in opens {
+        stores.push(open.await.unwrap().unwrap());
+    }
+    let token = acquire(&stores[0], "shared").await;
+    assert!(matches!(
+        stores[3].claim(req("shared")).await.unwrap(),
+        ClaimOutcome::InProgress { .. }
+    ));
+    stores[3]
+        .complete("shared", token, done("1"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_corrupt_row_is_an_error_not_a_panic() {
+    let db = TempDb::new("corrupt");
+    let store = SqliteStore::open(db.path()).await.unwrap();
+    acquire(&store, "bad-state").await;
+    acquire(&store, "bad-token").await;
+    let raw = rusqlite::Connection::open(db.path()).unwrap();
+    raw.execute(
+        "UPDATE records SET state = 'garbage' WHERE key = 'bad-state'",
+        [],
+    )
+    .unwrap();
+    raw.execute(
+        "UPDATE records SET token = 'not a number' WHERE key = 'bad-token'",
+        [],
+    )
+    .unwrap();
+    raw.execute(
+        "INSERT INTO history (key, at_ms, kind, token, worker) VALUES ('bad-state', 0, 'exploded', 1, 'x')",
+        [],
+    )
+    .unwrap();
+    drop(raw);
+
+    for key in ["bad-state", "bad-token"] {
+        let lookup = store.lookup(key).await;
+        assert!(
+            matches!(lookup, Err(StoreError::Corrupt(ref m)) if m.contains(key)),
+            "{lookup:?}"
+        );
+        let claim = store.claim(req(key)).await;
+        assert!(matches!(claim, Err(StoreError::Corrupt(_))), "{claim:?}");
+        let takeover = store.takeover(req(key), 1).await;
+        assert!(
+            matches!(takeover, Err(StoreError::Corrupt(_))),
+            "{takeover:?}"
+        );
+    }
+    let pending = store.pending(10).await;
+    assert!(
+        matches!(pending, Err(StoreError::Corrupt(_))),
+        "{pending:?}"
+    );
+    let history = store.history("bad-state").await;
+    assert!(
+        matches!(history, Err(StoreError::Corrupt(ref m)) if m.contains("exploded")),
+        "{history:?}"
+    );
+    // Other keys are unaffected.
+    acquire(&store, "fine").await;
+}
+
+#[tokio::test]
+async fn opening_in_a_missing_directory_names_the_path() {
+    let dir = std::env::temp_dir().join(conformance::unique("tc-sqlite-missing-dir"));
+    let path = dir.join("store.db");
+    let err = SqliteStore::open(&path).await.unwrap_err();
+    match &err {
+        StoreError::Unavailable(msg) => {
+            assert!(msg.contains(&path.display().to_string()), "{msg}");
+            assert!(msg.contains("does not exist"), "{msg}");
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    assert!(!dir.exists(), "opening must not create directories");
+}
+
+#[tokio::test]
+async fn a_file_from_a_newer_version_is_refused() {
+    let db = TempDb::new("newer");
+    drop(SqliteStore::open(db.path()).await.unwrap());
+    let raw = rusqlite::Connection::open(db.path()).unwrap();
+    raw.pragma_update(None, "user_version", 99).unwrap();
+    drop(raw);
+    match SqliteStore::open(db.path()).await {
+        Err(StoreError::Unavailable(msg)) => assert!(msg.contains("schema version 99"), "{msg}"),
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_file_that_is_not_a_database_is_refused() {
+    let db = TempDb::new("not-a-db");
+    std::fs::write(db.path(), vec![0x42u8; 8192]).unwrap();
+    match SqliteStore::open(db.path()).await {
+        Err(StoreError::Corrupt(msg) | StoreError::Unavailable(msg)) => {
+            assert!(msg.contains(&db.path().display().to_string()), "{msg}")
+        }
+        other => panic!("expected an error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn released_history_is_purged_with_expired_records() {
+    let db = TempDb::new("purge");
+    let store = SqliteStore::open(db.path()).await.unwrap();
+    let token = acquire(&store, "released").await;
+    store.release("released", token).await.unwrap();
+    assert_eq!(
+        store.history("released").await.unwrap().len(),
+        2,
+        "history survives release"
+    );
+    let token = acquire(&store, "kept").await;
+    store.complete("kept", token, done("1")).await.unwrap();
+    let token = acquire(&store, "short").await;
+    let short = Completion {
+        result: "1",
+        is_error: false,
+        ttl: Duration::from_millis(1),
+    };
+    store.complete("short", token, short).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(store.purge_expired().await.unwrap(), 1);
+    assert!(store.history("short").await.unwrap().is_empty());
+    assert!(store.history("released").await.unwrap().is_empty());
+    assert_eq!(store.history("kept").await.unwrap().len(), 2);
+}
+
+const CHILD_DB: &str = "TC_SQLITE_CHILD_DB";
+
+/// Not a test of its own: `four_processes_racing_on_one_file_have_one_winner_per_key`
+/// runs this binary four times with only this test selected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run as a child process by four_processes_racing_on_one_file_have_one_winner_per_key"]
+async fn child_process_claims_every_key() {
+    let Ok(path) = std::env::var(CHILD_DB) else {
+        return;
+    };
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&path).await.unwrap());
+    let tasks: Vec<_> = (0..50)
+        .map(|i| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move {
+                let key = format!("fleet-{i}");
+                match store.claim(req(&key)).await.unwrap() {
+                    ClaimOutcome::Acquired { token } => {
+                        store.complete(&key, token, done("1")).await.unwrap();
+                        1
+                    }
+                    ClaimOutcome::InProgress { .. } | ClaimOutcome::Completed(_) => 0,
+                    other => panic!("unexpected {other:?}"),
+                }
+            })
+        })
+        .collect();
+    let mut won = 0;
+    for task in tasks {
+        won += task.await.unwrap();
+    }
+    println!("WON {won}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_processes_racing_on_one_file_have_one_winner_per_key() {
+    let db = TempDb::new("processes");
+    let exe = std::env::current_exe().unwrap();
+    // The children create the file and its schema concurrently, too.
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            std::process::Command::new(&exe)
+                .args(["--exact", "child_process_claims_every_key", "--ignored"])
+                .args(["--nocapture", "--test-threads=1"])
+                .env(CHILD_DB, db.path())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut won = 0;
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "child failed: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        won += stdout
+            .split("WON ")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse::<usize>().ok())
+            .unwrap_or_else(|| panic!("no WON line in child output: {stdout}"));
+    }
+    assert_eq!(won, 50, "each of 50 keys is won by exactly one process");
+    let store = SqliteStore::open(db.path()).await.unwrap();
+    for i in 0..50 {
+        let history = store.history(&format!("fleet-{i}")).await.unwrap();
+        assert_eq!(
+            history.len(),
+            2,
+            "one claim and one completion: {history:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refused_write_does_not_undo_the_writes_committed_with_it() {
+    // Concurrent writes share one transaction (group commit): a fenced-out completion
+    // must roll back alone, and the others in its batch must still commit.
+    let db = TempDb::new("batch");
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(db.path()).await.unwrap());
+    let mut tokens = Vec::new();
+    for i in 0..32 {
+        tokens.push(acquire(&*store, &format!("batch-{i}")).await);
+    }
+    let tasks: Vec<_> = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, &token)| {
+            let store = Arc::clone(&store);
+            // Odd keys are completed under a stale token.
+            let token = if i % 2 == 0 { token } else { token + 1_000 };
+            tokio::spawn(async move {
+                store
+                    .complete(&format!("batch-{i}"), token, done("\"ok\""))
+                    .await
+            })
+        })
+        .collect();
+    for (i, task) in tasks.into_iter().enumerate() {
+        let result = task.await.unwrap();
+        let rec = store.lookup(&format!("batch-{i}")).await.unwrap().unwrap();
+        if i % 2 == 0 {
+            assert_eq!(result, Ok(()));
+            assert!(
+                matches!(rec.state, RecordState::Completed { .. }),
+                "{rec:?}"
+            );
+        } else {
+            assert!(
+                matches!(result, Err(StoreError::LeaseLost { .. })),
+                "{result:?}"
+            );
+            assert!(
+                matches!(rec.state, RecordState::InProgress { .. }),
+                "{rec:?}"
+            );
+        }
+    }
+}
