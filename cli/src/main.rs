@@ -17,7 +17,11 @@ use clap::{Parser, Subcommand};
 use tool_contracts_runtime::store::{self, HistoryKind, Record, RecordState, Resolution};
 
 #[derive(Parser)]
-#[command(name = "tool-contracts", version, about = "Inspect and resolve idempotency keys in a tool-contracts store")]
+#[command(
+    name = "tool-contracts",
+    version,
+    about = "Inspect and resolve idempotency keys in a tool-contracts store"
+)]
 struct Cli {
     /// Store URL: memory:, sqlite:PATH, redis://HOST:PORT, postgres://USER@HOST/DB.
     #[arg(long, global = true, env = "TOOL_CONTRACTS_STORE")]
@@ -90,7 +94,9 @@ async fn run(cli: Cli) -> Result<(), String> {
         Command::History { key } => {
             match store.lookup(&key).await.map_err(|e| e.to_string())? {
                 Some(record) => print_record(&record, cli.json),
-                None if !cli.json => println!("{key}: no record (never claimed, released or purged)"),
+                None if !cli.json => {
+                    println!("{key}: no record (never claimed, released or purged)")
+                }
                 None => {}
             }
             for event in store.history(&key).await.map_err(|e| e.to_string())? {
@@ -133,7 +139,11 @@ async fn run(cli: Cli) -> Result<(), String> {
                 .map_err(|e| format!("{key}: {e}"))?;
             println!(
                 "{key}: {}",
-                if release { "released: the next call runs the tool" } else { "completed: every later call replays the result" }
+                if release {
+                    "released: the next call runs the tool"
+                } else {
+                    "completed: every later call replays the result"
+                }
             );
         }
         Command::Purge => {
@@ -150,14 +160,22 @@ fn operator() -> String {
 }
 
 fn millis(t: SystemTime) -> u128 {
-    t.duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0)
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0)
 }
 
 fn print_record(r: &Record, json: bool) {
     let now = SystemTime::now();
-    let age = now.duration_since(r.created_at).unwrap_or_default().as_secs();
+    let age = now
+        .duration_since(r.created_at)
+        .unwrap_or_default()
+        .as_secs();
     let state = match &r.state {
-        RecordState::InProgress { lease_expires_at, token } if *lease_expires_at <= now => format!("abandoned (outcome unknown), token {token}"),
+        RecordState::InProgress {
+            lease_expires_at,
+            token,
+        } if *lease_expires_at <= now => format!("abandoned (outcome unknown), token {token}"),
         RecordState::InProgress { token, .. } => format!("running, token {token}"),
         RecordState::Completed { is_error: true, .. } => "completed with a stored error".to_owned(),
         RecordState::Completed { .. } => "completed".to_owned(),
