@@ -930,7 +930,7 @@ struct Fields<'a> {
 
 /// Builds a [`Record`] from a flat `HGETALL` reply, checking every field.
 fn parse_record(key: &str, flat: &[Value]) -> Result<Record, StoreError> {
-    if flat.len() % 2 != 0 {
+    if !flat.len().is_multiple_of(2) {
         return Err(StoreError::Corrupt(format!(
             "redis record for key {key:?}: odd number of hash elements"
         )));
