@@ -28,6 +28,8 @@ pub(crate) mod kw {
     syn::custom_keyword!(cache_errors);
     syn::custom_keyword!(destructive);
     syn::custom_keyword!(open_world);
+    syn::custom_keyword!(verify);
+    syn::custom_keyword!(unknown_outcome_if);
 }
 
 /// Every option `#[mutating_tool]` accepts, in the order messages list them.
@@ -44,6 +46,8 @@ pub(crate) const MUTATING_OPTIONS: &[&str] = &[
     "cache_errors",
     "destructive",
     "open_world",
+    "verify",
+    "unknown_outcome_if",
 ];
 
 /// Every option `#[read_only_tool]` accepts.
@@ -105,6 +109,10 @@ pub(crate) struct Args {
     pub cache_errors: Option<Opt<Flag>>,
     pub destructive: Option<Opt<Flag>>,
     pub open_world: Option<Opt<Flag>>,
+    /// `verify = path::to::fn`.
+    pub verify: Option<Opt<syn::ExprPath>>,
+    /// `unknown_outcome_if = path::to::fn`.
+    pub unknown_outcome_if: Option<Opt<syn::ExprPath>>,
 }
 
 /// Parses the attribute's tokens. Never fails outright: syntax errors are
@@ -221,6 +229,14 @@ fn parse_option(
         let kw = keyword!(open_world);
         let value = parse_flag(input, &kw, true)?;
         store(&mut args.open_world, kw, value, errors);
+    } else if input.peek(kw::verify) {
+        let kw = keyword!(verify);
+        let value = parse_fn_path(input, &kw, "verify_order")?;
+        store(&mut args.verify, kw, value, errors);
+    } else if input.peek(kw::unknown_outcome_if) {
+        let kw = keyword!(unknown_outcome_if);
+        let value = parse_fn_path(input, &kw, "is_timeout")?;
+        store(&mut args.unknown_outcome_if, kw, value, errors);
     } else {
         return Err(unknown_option(kind, input));
     }
@@ -301,6 +317,48 @@ fn parse_int(input: ParseStream, kw: &Ident) -> syn::Result<LitInt> {
         span,
         format!("expected an integer: write `{kw} = 2`"),
     ))
+}
+
+/// `option = path::to::function`: a path, never a string or a call.
+fn parse_fn_path(input: ParseStream, kw: &Ident, example: &str) -> syn::Result<syn::ExprPath> {
+    expect_eq(input, kw, example)?;
+    if input.peek(LitStr) {
+        let lit: LitStr = input.parse()?;
+        return Err(syn::Error::new(
+            lit.span(),
+            format!(
+                "`{kw}` takes a path to a function, not a string: write `{kw} = {}` without quotes",
+                lit.value()
+            ),
+        ));
+    }
+    let starts_path =
+        input.peek(Ident::peek_any) || input.peek(Token![::]) || input.peek(Token![<]);
+    if !starts_path {
+        let span = input
+            .cursor()
+            .token_tree()
+            .map_or(input.span(), |(tt, _)| tt.span());
+        return Err(syn::Error::new(
+            span,
+            format!("expected a path to a function: write `{kw} = {example}`"),
+        ));
+    }
+    let path: syn::ExprPath = input.parse()?;
+    if input.peek(token::Paren) {
+        let args = input
+            .cursor()
+            .token_tree()
+            .map_or(input.span(), |(tt, _)| tt.span());
+        return Err(syn::Error::new(
+            args,
+            format!(
+                "`{kw}` names the function, it does not call it: remove the arguments and write `{kw} = {}`",
+                crate::diag::tidy(&quote::ToTokens::to_token_stream(&path).to_string())
+            ),
+        ));
+    }
+    Ok(path)
 }
 
 /// `flag`, `flag = true` or `flag = false`; `bare` says whether the first form
@@ -472,8 +530,14 @@ mod tests {
                 name = "n", description = "d", version = 2, ttl = "1h", lease = "30s",
                 concurrent = "reject", payload_mismatch = "replay", on_unknown = "rerun",
                 cache_errors = true, destructive, open_world = false,
+                verify = crate::checks::placed, unknown_outcome_if = <E as Classify>::unknown,
             },
         );
+        assert_eq!(
+            quote::ToTokens::to_token_stream(&args.verify.as_ref().unwrap().value).to_string(),
+            "crate :: checks :: placed"
+        );
+        assert!(args.unknown_outcome_if.is_some());
         let fields = &args.key_fields.as_ref().unwrap().value.fields;
         let paths: Vec<String> = fields.iter().map(KeyField::path).collect();
         assert_eq!(paths, ["user_id", "cart.id", "pair.0", "type"]);
@@ -576,6 +640,23 @@ mod tests {
         );
         assert!(errors[1].starts_with("expected `,` or `]` after a key field"));
         assert!(errors[2].starts_with("expected `,` or `]` after a key field"));
+    }
+
+    #[test]
+    fn verify_and_classifier_are_paths_to_functions() {
+        let errors = parse_errors(
+            Kind::Mutating,
+            quote! { verify = "placed", unknown_outcome_if = is_timeout(e), verify, unknown_outcome_if = 3 },
+        );
+        assert_eq!(
+            errors,
+            [
+                "`verify` takes a path to a function, not a string: write `verify = placed` without quotes",
+                "`unknown_outcome_if` names the function, it does not call it: remove the arguments and write `unknown_outcome_if = is_timeout`",
+                "expected `=` after `verify`: write `verify = verify_order`",
+                "expected a path to a function: write `unknown_outcome_if = is_timeout`",
+            ]
+        );
     }
 
     #[test]

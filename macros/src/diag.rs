@@ -169,7 +169,7 @@ fn path_to_string(path: &syn::Path) -> String {
 
 /// Best-effort cleanup of `TokenStream::to_string` spacing for the rare
 /// types `type_to_string` does not render itself.
-fn tidy(text: &str) -> String {
+pub(crate) fn tidy(text: &str) -> String {
     text.replace(" :: ", "::")
         .replace(":: ", "::")
         .replace(" < ", "<")

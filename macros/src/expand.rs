@@ -38,6 +38,8 @@ struct Names {
     output_schema: Ident,
     call: Ident,
     builder: Ident,
+    ops: Ident,
+    reconcile: Ident,
 }
 
 impl Names {
@@ -51,6 +53,8 @@ impl Names {
             output_schema: private("__tc_output_schema"),
             call: private("__tc_call"),
             builder: private("__tc_builder"),
+            ops: private("__tc_ops"),
+            reconcile: private("__tc_reconcile"),
         }
     }
 }
@@ -90,6 +94,7 @@ fn mutating_body(c: &Contract, n: &Names, block: &syn::Block) -> TokenStream {
         spec,
         call,
         builder,
+        ops,
         ..
     } = n;
     let spec_static = spec_static(c, n);
@@ -104,15 +109,10 @@ fn mutating_body(c: &Contract, n: &Names, block: &syn::Block) -> TokenStream {
         .iter()
         .filter(|p| p.context.is_none())
         .map(|p| arg_call(p, builder));
-    let checks = bound_checks(c);
+    let ops_statements = ops_statements(c, ops);
     let ret_ty = c.ret;
     let ok = c.ok;
     let err = c.err;
-    let execute = if c.cache_errors {
-        quote_spanned!(first_span(ret_ty)=> ::tool_contracts::__private::execute_caching_errors)
-    } else {
-        quote_spanned!(first_span(ret_ty)=> ::tool_contracts::__private::execute)
-    };
     // The fake return edge (as in tracing's `#[instrument]`): the first
     // `return` the compiler sees in the async block has the declared type, so
     // the block's output is inferred from the signature, not from the body's
@@ -140,17 +140,70 @@ fn mutating_body(c: &Contract, n: &Names, block: &syn::Block) -> TokenStream {
             return #fake;
         }
     };
-    // The future's tokens carry the macro's own span: rustc only points a
-    // failed bound at the turbofish argument (`T`, `E` as the user wrote
-    // them) when no closure argument overlaps the call's span.
+    // The body keeps its own `async move` block, so its `return` and `?` keep
+    // their meaning and type whatever wraps it.
     let future = quote! {
         async move {
             #fake_return_edge
             #block
         }
     };
-    let run = quote_spanned! {first_span(ret_ty)=>
-        #execute::<#ok, #err, _>(#call, #future).await
+    let run = if c.verify.is_none() && c.unknown_outcome_if.is_none() {
+        quote_spanned! {first_span(ret_ty)=>
+            ::tool_contracts::__private::execute::<#ok, #err, _>(#call, #ops, #future).await
+        }
+    } else {
+        let p = quote!(::tool_contracts::__private);
+        let verify = match c.verify {
+            Some(path) => {
+                let verdict = private("__tc_verdict");
+                let value = private("__tc_value");
+                let error = private("__tc_error");
+                let verify_call = verify_call(c, path, &verdict);
+                quote! {
+                    if #p::reconciling() {
+                        #verify_call
+                        match #verdict {
+                            ::core::result::Result::Ok(::core::option::Option::Some(#value)) => {
+                                return #p::Attempt::Verified(#value);
+                            }
+                            ::core::result::Result::Err(#error) => {
+                                return #p::Attempt::VerifyFailed(#error);
+                            }
+                            ::core::result::Result::Ok(::core::option::Option::None) => {}
+                        }
+                    }
+                }
+            }
+            None => TokenStream::new(),
+        };
+        let unknown_if = match c.unknown_outcome_if {
+            // A typed binding, spanned at the user's path: a classifier of the
+            // wrong shape is a type mismatch on that path.
+            Some(path) => {
+                let classifier = private("__tc_unknown_if");
+                let span = first_span(path);
+                quote_spanned! {span=>
+                    ::core::option::Option::Some({
+                        let #classifier: fn(&#err) -> bool = #path;
+                        #classifier
+                    })
+                }
+            }
+            None => quote!(::core::option::Option::None),
+        };
+        let has_verify = c.verify.is_some();
+        let attempt = quote! {
+            async move {
+                #verify
+                #p::Attempt::Ran(#future.await)
+            }
+        };
+        quote_spanned! {first_span(ret_ty)=>
+            ::tool_contracts::__private::execute_with::<#ok, #err, _>(
+                #call, #ops, #attempt, #unknown_if, #has_verify,
+            ).await
+        }
     };
     quote! {
         let #call = {
@@ -161,13 +214,81 @@ fn mutating_body(c: &Contract, n: &Names, block: &syn::Block) -> TokenStream {
             #(#arg_calls)*
             #builder.finish()
         };
-        #checks
+        #ops_statements
         #run
     }
 }
 
+/// `let __tc_verdict: Result<Option<T>, E> = verify(&a, b, ..).await;`, every
+/// token spanned at the user's `verify = path`, so a verify function of the
+/// wrong shape is reported there. The tokens are the same in the body and in
+/// the registry's reconcile entry, so the same mistake yields one diagnostic.
+fn verify_call(c: &Contract, path: &syn::ExprPath, verdict: &Ident) -> TokenStream {
+    let span = first_span(path);
+    let mut refs = Vec::new();
+    if let Some(receiver) = c.model.receiver {
+        let mut this = Ident::new("self", receiver.self_token.span);
+        this.set_span(span);
+        refs.push(by_reference(&this, &receiver.ty, span));
+    }
+    for param in &c.params {
+        refs.push(by_reference(&respanned(param.ident, span), param.ty, span));
+    }
+    let ok = c.ok;
+    let err = c.err;
+    quote_spanned! {span=>
+        let #verdict: ::core::result::Result<::core::option::Option<#ok>, #err> =
+            #path(#(#refs),*).await;
+    }
+}
+
+/// How `verify` receives one parameter: `&T` as it is, `&mut T` reborrowed as
+/// `&T`, an owned `T` as `&T`.
+fn by_reference(ident: &Ident, ty: &Type, span: Span) -> TokenStream {
+    match ty {
+        Type::Reference(r) if r.mutability.is_some() => quote_spanned!(span=> &*#ident),
+        Type::Reference(_) => quote_spanned!(span=> #ident),
+        _ => quote_spanned!(span=> &#ident),
+    }
+}
+
+/// The same name (raw or not, same hygiene as the user's tokens) at `span`.
+fn respanned(ident: &Ident, span: Span) -> Ident {
+    let mut ident = ident.clone();
+    ident.set_span(span);
+    ident
+}
+
+/// `let __tc_ops = ...;`: the engine's operations on `T` and `E`. Each one
+/// comes from an `assert_*` helper spanned at the type the user wrote: the
+/// helper's bound is the only check of that trait, so a missing one is
+/// reported once, there (the engine's entry points have no bounds of their
+/// own).
+fn ops_statements(c: &Contract, ops: &Ident) -> TokenStream {
+    let p = quote!(::tool_contracts::__private);
+    let ok = c.ok;
+    let err = c.err;
+    let ok_span = first_span(ok);
+    let err_span = first_span(err);
+    let output = quote_spanned!(ok_span=> #p::assert_output::<#ok>());
+    let contract_error = quote_spanned!(err_span=> #p::assert_error::<#err>());
+    let mut out = quote! {
+        let #ops = #p::Ops::new(#output, #contract_error);
+    };
+    if c.registered() {
+        // The registry shows errors through `Display` (`encode_result`, which
+        // dispatches by autoref so that it does not report this again).
+        out.extend(quote_spanned!(err_span=> #p::assert_error_display::<#err>();));
+    }
+    if c.cache_errors {
+        let errors = quote_spanned!(err_span=> #p::assert_cacheable_error::<#err>());
+        out.extend(quote!(let #ops = #ops.caching_errors(#errors);));
+    }
+    out
+}
+
 fn read_only_body(c: &Contract, n: &Names, block: &syn::Block) -> TokenStream {
-    let checks = bound_checks(c);
+    let checks = read_only_checks(c);
     let registration = if c.registered() {
         let spec_static = spec_static(c, n);
         let registration = registration(c, n);
@@ -222,33 +343,18 @@ fn contains_impl_trait(ty: &Type) -> bool {
         .any(|t| t == "impl")
 }
 
-/// Trait-bound checks, each spanned at the type the user wrote.
-fn bound_checks(c: &Contract) -> TokenStream {
+/// A read-only tool's trait-bound checks, each spanned at the type the user
+/// wrote (mutating tools get theirs from `ops_statements`).
+fn read_only_checks(c: &Contract) -> TokenStream {
     let ok = c.ok;
     let err = c.err;
     let ok_span = first_span(ok);
     let err_span = first_span(err);
-    let mut out = TokenStream::new();
-    match c.kind {
-        Kind::Mutating => {
-            out.extend(
-                quote_spanned!(ok_span=> ::tool_contracts::__private::assert_output::<#ok>();),
-            );
-            out.extend(
-                quote_spanned!(err_span=> ::tool_contracts::__private::assert_error::<#err>();),
-            );
-            if c.registered() {
-                out.extend(quote_spanned!(err_span=> ::tool_contracts::__private::assert_error_display::<#err>();));
-            }
-            if c.cache_errors {
-                out.extend(quote_spanned!(err_span=> ::tool_contracts::__private::assert_cacheable_error::<#err>();));
-            }
-        }
-        Kind::ReadOnly => {
-            out.extend(quote_spanned!(ok_span=> ::tool_contracts::__private::assert_read_only_output::<#ok>();));
-            out.extend(quote_spanned!(err_span=> ::tool_contracts::__private::assert_error_display::<#err>();));
-        }
-    }
+    let mut out =
+        quote_spanned!(ok_span=> ::tool_contracts::__private::assert_read_only_output::<#ok>(););
+    out.extend(
+        quote_spanned!(err_span=> ::tool_contracts::__private::assert_error_display::<#err>();),
+    );
     out
 }
 
@@ -383,6 +489,14 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
         Kind::Mutating => quote!(::core::option::Option::Some(#key_of as #p::KeyOfFn)),
         Kind::ReadOnly => quote!(::core::option::Option::None),
     };
+    let (reconcile_item, with_reconcile) = match c.verify {
+        Some(path) => {
+            let reconcile = &n.reconcile;
+            let item = reconcile_item(c, n, path);
+            (item, quote!(.with_reconcile(#reconcile as #p::ReconcileFn)))
+        }
+        None => (TokenStream::new(), TokenStream::new()),
+    };
     let encoder = private("__TcEncode");
     let encode_checked = private("__TcEncodeChecked");
     let encode_unchecked = private("__TcEncodeUnchecked");
@@ -443,6 +557,8 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
 
         #key_of_item
 
+        #reconcile_item
+
         fn #input_schema() -> #p::serde_json::Value {
             #p::input_schema::<#args>()
         }
@@ -461,6 +577,76 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
                 #input_schema,
                 #output_schema,
             )
+            #with_reconcile
+        }
+    }
+}
+
+/// The recovery task's entry point for a tool with `verify`: decode the
+/// arguments the store kept, resolve context parameters as `invoke` does, and
+/// ask `verify`. Arguments and context values are bound under the user's names
+/// (respanned at the path, as in the body), so the `verify` call is
+/// token-for-token the body's: a `verify` of the wrong shape is reported once.
+fn reconcile_item(c: &Contract, n: &Names, path: &syn::ExprPath) -> TokenStream {
+    let Names {
+        spec,
+        args,
+        reconcile,
+        ..
+    } = n;
+    let p = quote!(::tool_contracts::__private);
+    let span = first_span(path);
+    let ctx = private("__tc_ctx");
+    let json = private("__tc_json");
+    let decoded = private("__tc_args");
+    let verdict = private("__tc_verdict");
+    let lifetime = Lifetime::new("'__tc", Span::mixed_site());
+    let mut fields = Vec::new();
+    let mut lets = TokenStream::new();
+    for param in &c.params {
+        let local = respanned(param.ident, span);
+        let name = Literal::string(&param.json_name());
+        match &param.context {
+            None => fields.push(local),
+            Some(Context::Borrowed(inner)) => lets.extend(quote_spanned! {first_span(param.ty)=>
+                let #local = #p::Context::get::<#inner>(#ctx, &#spec, #name)?;
+            }),
+            Some(Context::Owned) => {
+                let ty = param.ty;
+                lets.extend(quote_spanned! {first_span(ty)=>
+                    let #local = #p::Context::get_cloned::<#ty>(#ctx, &#spec, #name)?;
+                });
+            }
+        }
+    }
+    let verify_call = verify_call(c, path, &verdict);
+    let ok = c.ok;
+    let err = c.err;
+    let output = quote_spanned!(first_span(ok)=> #p::assert_output::<#ok>());
+    let display = quote_spanned!(first_span(err)=> #p::assert_error_display::<#err>());
+    // Spanned at the path: the boxed future must be `Send`, and a `verify`
+    // whose future is not should be told so there.
+    let body = quote_spanned! {span=>
+        ::std::boxed::Box::pin(async move {
+            let #decoded: #args = #p::decode_args_str(&#spec, #json)?;
+            let #args { #(#fields),* } = #decoded;
+            #lets
+            #verify_call
+            #p::reconciled(&#spec, #verdict, #output, #display)
+        })
+    };
+    quote! {
+        fn #reconcile<#lifetime>(
+            #ctx: &#lifetime #p::Context,
+            #json: &#lifetime str,
+        ) -> #p::BoxFuture<
+            #lifetime,
+            ::core::result::Result<
+                ::core::option::Option<::std::string::String>,
+                #p::Error,
+            >,
+        > {
+            #body
         }
     }
 }
@@ -534,9 +720,74 @@ mod tests {
         );
         assert!(!text.contains("submit"));
         assert!(!text.contains("__tc_invoke"));
-        assert!(text.contains("execute_caching_errors"));
-        assert!(text.contains("assert_cacheable_error"));
+        assert!(text.contains("caching_errors (:: tool_contracts :: __private :: assert_cacheable_error :: < E > ())"), "{text}");
         assert!(!text.contains("assert_error_display"));
+    }
+
+    #[test]
+    fn verify_goes_through_execute_with_and_registers_a_reconcile_entry() {
+        let (text, _) = expand(
+            Kind::Mutating,
+            quote! { idempotency_key_fields = [id], verify = checks::placed, unknown_outcome_if = E::is_timeout },
+            quote! {
+                async fn place(id: u64, note: String, #[context] db: &Db, #[context] cfg: Cfg)
+                    -> Result<String, E> { Ok(note) }
+            },
+        );
+        assert!(
+            text.contains(":: tool_contracts :: __private :: execute_with :: < String , E , _ >"),
+            "{text}"
+        );
+        assert!(text.contains("if :: tool_contracts :: __private :: reconciling ()"));
+        // Owned parameters by reference, references as they are, in declaration order.
+        assert_eq!(
+            text.matches("checks :: placed (& id , & note , db , & cfg) . await")
+                .count(),
+            2,
+            "the body and the reconcile entry call verify with the same tokens: {text}"
+        );
+        assert!(text.contains("let __tc_unknown_if : fn (& E) -> bool = E :: is_timeout"));
+        assert!(text.contains(", true ,) . await"), "has_verify: {text}");
+        assert!(text.contains(
+            ". with_reconcile (__tc_reconcile as :: tool_contracts :: __private :: ReconcileFn)"
+        ));
+        assert!(text.contains("decode_args_str (& __TC_SPEC , __tc_json)"));
+        assert!(
+            text.contains("let db = :: tool_contracts :: __private :: Context :: get :: < Db >")
+        );
+        assert!(text.contains(
+            "let cfg = :: tool_contracts :: __private :: Context :: get_cloned :: < Cfg >"
+        ));
+    }
+
+    #[test]
+    fn a_classifier_alone_does_not_verify() {
+        let (text, _) = expand(
+            Kind::Mutating,
+            quote! { idempotency_key_fields = [id], unknown_outcome_if = is_timeout },
+            quote! { async fn place(id: u64) -> Result<u64, E> { Ok(id) } },
+        );
+        assert!(text.contains("execute_with"));
+        assert!(!text.contains("reconciling"));
+        assert!(!text.contains("with_reconcile"));
+        assert!(text.contains(", false ,) . await"), "{text}");
+    }
+
+    #[test]
+    fn a_method_passes_its_receiver_to_verify_first() {
+        let (text, _) = expand(
+            Kind::Mutating,
+            quote! { idempotency_key_fields = [id], verify = Self::refunded },
+            quote! { async fn refund(&mut self, id: u64, why: &mut String) -> Result<u64, E> { Ok(id) } },
+        );
+        assert!(
+            text.contains("Self :: refunded (& * self , & id , & * why) . await"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("__tc_reconcile"),
+            "methods are not registered"
+        );
     }
 
     #[test]

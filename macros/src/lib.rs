@@ -33,8 +33,46 @@
 //! | `cache_errors` | `true` or `false` | `false` |
 //! | `destructive` | flag, or `= true` / `= false` | `false` |
 //! | `open_world` | flag, or `= true` / `= false` | `false` |
+//! | `verify` | path to an `async fn` that says whether an abandoned call's effect happened | none |
+//! | `unknown_outcome_if` | path to a `fn(&E) -> bool` naming errors that leave the outcome unknown | none |
 //!
 //! Unknown and duplicate options are errors.
+//!
+//! # Unknown outcomes: `verify` and `unknown_outcome_if`
+//!
+//! A call whose worker died mid-body, or that failed in a way that may have
+//! had its effect anyway (a timeout after the request was sent), has an
+//! *unknown outcome*. By default a retry then gets `Error::OutcomeUnknown`
+//! (`on_unknown = "fail"`), or runs the body again (`on_unknown = "rerun"`).
+//!
+//! `verify = path` names an `async fn` that takes the tool's parameters by
+//! reference, in declaration order (an owned `T` as `&T`, a `&T` as it is,
+//! `#[context]` parameters included; a method's receiver comes first, so
+//! `verify = Self::check` works), and returns `Result<Option<T>, E>` with the
+//! tool's own `T` and `E`:
+//!
+//! ```ignore
+//! #[mutating_tool(idempotency_key_fields = [intent], verify = charge_happened)]
+//! async fn charge(intent: u64, note: String) -> Result<String, PayError> { /* ... */ }
+//!
+//! async fn charge_happened(intent: &u64, note: &str) -> Result<Option<String>, PayError> {
+//!     Ok(ledger_lookup(*intent).await?)   // Some(receipt) if the charge went through
+//! }
+//! ```
+//!
+//! The next call of an abandoned key takes it over and asks `verify`:
+//! `Some(result)` completes the key with that result (the body does not
+//! run), `None` runs the body, and `Err(e)` is returned with the key still
+//! unknown (the next call asks again). The registry's recovery task
+//! (`recover_once`) asks it too, for keys nobody retries. `verify` is called
+//! directly, so deref coercion applies (`&str` for a `String` parameter).
+//! It cannot be combined with `on_unknown = "rerun"`.
+//!
+//! `unknown_outcome_if = path` names a `fn(&E) -> bool`: a tool error it
+//! accepts keeps the key as an unknown outcome at once (no lease to wait
+//! for), so the next call goes through `verify` (or gets `OutcomeUnknown`)
+//! instead of running the body blindly. Other errors release the key as
+//! usual.
 //!
 //! # `#[read_only_tool(...)]`
 //!

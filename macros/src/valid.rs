@@ -52,6 +52,10 @@ pub(crate) struct Contract<'a> {
     pub cache_errors: bool,
     pub destructive: bool,
     pub open_world: bool,
+    /// `verify = path`: reconciles abandoned calls.
+    pub verify: Option<&'a syn::ExprPath>,
+    /// `unknown_outcome_if = path`: errors that keep the claim for reconciliation.
+    pub unknown_outcome_if: Option<&'a syn::ExprPath>,
     /// Sorted in JCS order (UTF-16 code units of the path).
     pub key_fields: Vec<&'a KeyField>,
     pub params: Vec<ToolParam<'a>>,
@@ -132,6 +136,7 @@ pub(crate) fn check<'a>(
     }
 
     check_options_apply(kind, args, errors);
+    check_verify_policy(args, errors);
     let name = tool_name(args, model, errors);
     let description = match &args.description {
         Some(opt) => opt.value.value(),
@@ -202,6 +207,8 @@ pub(crate) fn check<'a>(
         cache_errors: flag(&args.cache_errors),
         destructive: flag(&args.destructive),
         open_world: flag(&args.open_world),
+        verify: args.verify.as_ref().map(|o| &o.value),
+        unknown_outcome_if: args.unknown_outcome_if.as_ref().map(|o| &o.value),
         key_fields,
         params: params?,
         ret,
@@ -231,6 +238,8 @@ fn check_options_apply(kind: Kind, args: &Args, errors: &mut Errors) {
         args.on_unknown.as_ref().map(|o| &o.kw),
         args.cache_errors.as_ref().map(|o| &o.kw),
         args.destructive.as_ref().map(|o| &o.kw),
+        args.verify.as_ref().map(|o| &o.kw),
+        args.unknown_outcome_if.as_ref().map(|o| &o.kw),
     ];
     for kw in mutating_only.into_iter().flatten() {
         errors.push(syn::Error::new(
@@ -242,6 +251,29 @@ fn check_options_apply(kind: Kind, args: &Args, errors: &mut Errors) {
             ),
         ));
     }
+}
+
+/// `verify` decides what happens to an abandoned call; `on_unknown = "rerun"` would decide
+/// too, differently.
+fn check_verify_policy(args: &Args, errors: &mut Errors) {
+    let (Some(verify), Some(on_unknown)) = (&args.verify, &args.on_unknown) else {
+        return;
+    };
+    if on_unknown.value.value() != "rerun" {
+        return;
+    }
+    let path = crate::diag::tidy(&verify.value.to_token_stream().to_string());
+    let kw = &on_unknown.kw;
+    let lit = &on_unknown.value;
+    errors.push(syn::Error::new_spanned(
+        quote::quote!(#kw = #lit),
+        format!(
+            "`on_unknown = \"rerun\"` contradicts `verify = {path}`: with `verify`, an abandoned call is \
+             reconciled by asking `{path}` whether its effect already happened, and the body runs again only \
+             if it did not, while `rerun` runs it again without asking. Pick one: remove `on_unknown = \"rerun\"` \
+             to verify first, or remove `verify` to rerun blindly"
+        ),
+    ));
 }
 
 /// `^[A-Za-z0-9_.-]{1,128}$`, the MCP tool-name rule.
@@ -1109,6 +1141,45 @@ mod tests {
             e[0].starts_with("the tool name defaults to the function name \"créer\""),
             "{e:?}"
         );
+    }
+
+    #[test]
+    fn verify_and_on_unknown_rerun_are_contradictory() {
+        let e = errs(
+            quote! { idempotency_key_fields = [a], verify = placed, on_unknown = "rerun" },
+            shop(quote! { a: u64 }),
+        );
+        assert_eq!(e.len(), 1, "{e:#?}");
+        assert!(
+            e[0].starts_with("`on_unknown = \"rerun\"` contradicts `verify = placed`"),
+            "{}",
+            e[0]
+        );
+        assert!(e[0].contains("Pick one"), "{}", e[0]);
+        // `fail` (the default) and the classifier combine with `verify`.
+        run(
+            Kind::Mutating,
+            quote! {
+                idempotency_key_fields = [a], verify = placed, on_unknown = "fail",
+                unknown_outcome_if = E::is_timeout, cache_errors = true,
+            },
+            shop(quote! { a: u64 }),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn read_only_tools_reject_verify_and_classifier() {
+        let e = run(
+            Kind::ReadOnly,
+            quote! { verify = placed, unknown_outcome_if = is_timeout },
+            quote! { async fn f(a: u64) -> Result<u64, E> { Ok(a) } },
+        )
+        .unwrap_err();
+        assert_eq!(e.len(), 2, "{e:#?}");
+        assert!(e[0].starts_with("`verify` does not apply to `#[read_only_tool]`"));
+        assert!(e[1].starts_with("`unknown_outcome_if` does not apply to `#[read_only_tool]`"));
+        assert!(e[1].contains("valid options are `name`, `description`, `open_world`"));
     }
 
     #[test]

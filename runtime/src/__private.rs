@@ -10,8 +10,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 pub use crate::engine::{
-    execute, execute_caching_errors, execute_with, reconciling, Attempt, CacheErrors, Call,
-    CallBuilder, ErrorPolicy, ReleaseErrors,
+    execute, execute_with, reconciling, Attempt, Call, CallBuilder, Codec, Ops,
 };
 pub use crate::error::Error;
 pub use crate::registry::{BoxFuture, Context, InvokeFn, KeyOfFn, ReconcileFn, ToolDescriptor};
@@ -50,6 +49,50 @@ pub fn decode_args<A: DeserializeOwned>(spec: &'static ToolSpec, args: &Value) -
             message: e.into_inner().to_string(),
         }
     })
+}
+
+/// Decodes the JSON arguments the store kept for a call (the object `CallBuilder::arg`
+/// wrote), for reconciling it without its caller.
+pub fn decode_args_str<A: DeserializeOwned>(
+    spec: &'static ToolSpec,
+    args: &str,
+) -> Result<A, Error> {
+    let stale = |message: String| {
+        Error::Codec {
+        tool: spec.name.to_owned(),
+        key: crate::ambient::current_key().unwrap_or_default(),
+        message: format!(
+            "the stored arguments no longer decode ({message}); the tool's parameters changed since the call was stored: resolve the key by hand, and bump the tool's `version` when its parameters change"
+        ),
+    }
+    };
+    let value: Value = serde_json::from_str(args).map_err(|e| stale(e.to_string()))?;
+    decode_args(spec, &value).map_err(|e| stale(e.to_string()))
+}
+
+/// Maps a `verify` verdict for the recovery task: `Some(result)` becomes the result's
+/// JSON (the key is completed with it), `None` stays `None` (the key is released), and
+/// the tool's error becomes [`Error::ToolFailed`] (the key stays unknown).
+pub fn reconciled<T, E>(
+    spec: &'static ToolSpec,
+    verdict: Result<Option<T>, E>,
+    output: Codec<T>,
+    display: fn(&E) -> String,
+) -> Result<Option<String>, Error> {
+    let key = || crate::ambient::current_key().unwrap_or_default();
+    match verdict {
+        Ok(Some(value)) => output.encode(&value).map(Some).map_err(|e| Error::Codec {
+            tool: spec.name.to_owned(),
+            key: key(),
+            message: format!("the result `verify` found cannot be stored as JSON: {e}"),
+        }),
+        Ok(None) => Ok(None),
+        Err(e) => Err(Error::ToolFailed {
+            tool: spec.name.to_owned(),
+            key: key(),
+            message: display(&e),
+        }),
+    }
 }
 
 fn json_kind(v: &Value) -> &'static str {
@@ -134,13 +177,26 @@ impl<T: ?Sized> OutputSchemaFallback for OutputSchemaProbe<T> {
     }
 }
 
+// Bound checks. The expansion calls each one with `quote_spanned!` at the user's type, so
+// a missing trait is reported there, once. Those the engine relies on return the
+// operation the bound provides, so the engine's entry points need no bounds of their own
+// (which would report the same missing trait again, at the generated call).
+
 /// A mutating tool's result must round-trip through the store.
-pub fn assert_output<T: Serialize + DeserializeOwned>() {}
+pub fn assert_output<T: Serialize + DeserializeOwned>() -> Codec<T> {
+    Codec::json()
+}
 /// A read-only tool's result must encode to JSON.
 pub fn assert_read_only_output<T: Serialize>() {}
 /// Contract errors reach the caller through the tool's error type.
-pub fn assert_error<E: From<Error>>() {}
+pub fn assert_error<E: From<Error>>() -> fn(Error) -> E {
+    E::from
+}
 /// A registered tool's error is shown to the caller through `Display`.
-pub fn assert_error_display<E: Display>() {}
+pub fn assert_error_display<E: Display>() -> fn(&E) -> String {
+    E::to_string
+}
 /// `cache_errors = true` stores the error, so it must round-trip.
-pub fn assert_cacheable_error<E: Serialize + DeserializeOwned>() {}
+pub fn assert_cacheable_error<E: Serialize + DeserializeOwned>() -> Codec<E> {
+    Codec::json()
+}

@@ -206,7 +206,12 @@ impl Call {
             tool: self.spec.name.to_owned(),
             key: self.key.to_string(),
             params,
-            key_fields: self.spec.key_fields.iter().map(|f| (*f).to_owned()).collect(),
+            key_fields: self
+                .spec
+                .key_fields
+                .iter()
+                .map(|f| (*f).to_owned())
+                .collect(),
         })
     }
 }
@@ -271,35 +276,89 @@ fn report(slot: &Option<ReportSlot>, f: impl FnOnce(&mut CallReport)) {
     }
 }
 
-/// How a tool's `Err` values are treated: released (retry runs again) or stored and replayed.
+/// A JSON round trip for one type, as plain function pointers.
+///
+/// Built only by [`Codec::json`] (through `__private::assert_output` and
+/// `__private::assert_cacheable_error`, which the expansion calls spanned at the user's
+/// type): the engine's entry points carry no trait bounds on the tool's `T` and `E`, so a
+/// missing `Serialize` is reported once, at the type the user wrote, and never again at
+/// the generated call.
 #[doc(hidden)]
-pub trait ErrorPolicy<E> {
-    /// `Some(json)` to store the error, `None` to release the claim.
-    fn encode(e: &E) -> Option<Result<String, serde_json::Error>>;
-    fn decode(json: &str) -> Option<Result<E, serde_json::Error>>;
+pub struct Codec<T> {
+    encode: fn(&T) -> Result<String, serde_json::Error>,
+    decode: fn(&str) -> Result<T, serde_json::Error>,
 }
 
-/// `Err` releases the key (the default).
-#[doc(hidden)]
-pub struct ReleaseErrors;
-impl<E> ErrorPolicy<E> for ReleaseErrors {
-    fn encode(_: &E) -> Option<Result<String, serde_json::Error>> {
-        None
+impl<T> Clone for Codec<T> {
+    fn clone(&self) -> Self {
+        *self
     }
-    fn decode(_: &str) -> Option<Result<E, serde_json::Error>> {
-        None
+}
+impl<T> Copy for Codec<T> {}
+
+impl<T: Serialize + DeserializeOwned> Codec<T> {
+    /// `serde_json` both ways.
+    pub const fn json() -> Self {
+        Self {
+            encode: to_json::<T>,
+            decode: from_json::<T>,
+        }
     }
 }
 
-/// `Err` is stored and replayed (`cache_errors = true`).
-#[doc(hidden)]
-pub struct CacheErrors;
-impl<E: Serialize + DeserializeOwned> ErrorPolicy<E> for CacheErrors {
-    fn encode(e: &E) -> Option<Result<String, serde_json::Error>> {
-        Some(serde_json::to_string(e))
+fn to_json<T: Serialize>(value: &T) -> Result<String, serde_json::Error> {
+    serde_json::to_string(value)
+}
+
+fn from_json<T: DeserializeOwned>(json: &str) -> Result<T, serde_json::Error> {
+    serde_json::from_str(json)
+}
+
+impl<T> Codec<T> {
+    /// `value` as JSON.
+    pub fn encode(&self, value: &T) -> Result<String, serde_json::Error> {
+        (self.encode)(value)
     }
-    fn decode(json: &str) -> Option<Result<E, serde_json::Error>> {
-        Some(serde_json::from_str(json))
+
+    /// A value back from JSON.
+    pub fn decode(&self, json: &str) -> Result<T, serde_json::Error> {
+        (self.decode)(json)
+    }
+}
+
+/// Everything the engine does with a tool's `T` and `E`: store and replay `T`, turn a
+/// contract [`Error`] into `E`, and (with `cache_errors = true`) store and replay `E`.
+/// Each piece comes from a `__private::assert_*` helper whose bounds are checked where
+/// the expansion calls it, at the user's tokens.
+#[doc(hidden)]
+pub struct Ops<T, E> {
+    output: Codec<T>,
+    contract_error: fn(Error) -> E,
+    /// `Some`: an `Err` is stored and replayed; `None`: it releases the key (the default).
+    stored_errors: Option<Codec<E>>,
+}
+
+impl<T, E> Clone for Ops<T, E> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T, E> Copy for Ops<T, E> {}
+
+impl<T, E> Ops<T, E> {
+    /// The default policy: an `Err` releases the key, so a retry runs again.
+    pub const fn new(output: Codec<T>, contract_error: fn(Error) -> E) -> Self {
+        Self {
+            output,
+            contract_error,
+            stored_errors: None,
+        }
+    }
+
+    /// `cache_errors = true`: an `Err` is stored and replayed like an `Ok`.
+    pub const fn caching_errors(mut self, errors: Codec<E>) -> Self {
+        self.stored_errors = Some(errors);
+        self
     }
 }
 
@@ -326,61 +385,53 @@ pub fn reconciling() -> bool {
 }
 
 /// Runs `body` at most once per key: the entry point of `#[mutating_tool]`.
+///
+/// A plain `fn` with no bounds on `T` and `E` (everything it needs from them is in
+/// `ops`): an `async fn` with `T: Serialize` in its where-clause would report every
+/// missing bound a second time, at the generated call.
 #[doc(hidden)]
-pub async fn execute<T, E, F>(call: Result<Call, Error>, body: F) -> Result<T, E>
-where
-    T: Serialize + DeserializeOwned,
-    E: From<Error>,
-    F: Future<Output = Result<T, E>>,
-{
-    run::<T, E, _, ReleaseErrors>(call, async { Attempt::Ran(body.await) }, None, false).await
-}
-
-/// Like [`execute`], but an `Err` is stored and replayed too (`cache_errors = true`).
-#[doc(hidden)]
-pub async fn execute_caching_errors<T, E, F>(call: Result<Call, Error>, body: F) -> Result<T, E>
-where
-    T: Serialize + DeserializeOwned,
-    E: From<Error> + Serialize + DeserializeOwned,
-    F: Future<Output = Result<T, E>>,
-{
-    run::<T, E, _, CacheErrors>(call, async { Attempt::Ran(body.await) }, None, false).await
-}
-
-/// The general entry point: `attempt` may verify first (`verify = …`), `unknown_if`
-/// classifies errors that leave the outcome unknown (`unknown_outcome_if = …`).
-#[doc(hidden)]
-pub async fn execute_with<T, E, F, P>(
+pub fn execute<T, E, F>(
     call: Result<Call, Error>,
+    ops: Ops<T, E>,
+    body: F,
+) -> impl Future<Output = Result<T, E>>
+where
+    F: Future<Output = Result<T, E>>,
+{
+    run(call, ops, async { Attempt::Ran(body.await) }, None, false)
+}
+
+/// The general entry point: `attempt` may verify first (`verify = …`, then `has_verify`
+/// is true), `unknown_if` classifies errors that leave the outcome unknown
+/// (`unknown_outcome_if = …`). No bounds on `T` and `E`, as for [`execute`].
+#[doc(hidden)]
+pub fn execute_with<T, E, F>(
+    call: Result<Call, Error>,
+    ops: Ops<T, E>,
+    attempt: F,
+    unknown_if: Option<fn(&E) -> bool>,
+    has_verify: bool,
+) -> impl Future<Output = Result<T, E>>
+where
+    F: Future<Output = Attempt<T, E>>,
+{
+    run(call, ops, attempt, unknown_if, has_verify)
+}
+
+async fn run<T, E, F>(
+    call: Result<Call, Error>,
+    ops: Ops<T, E>,
     attempt: F,
     unknown_if: Option<fn(&E) -> bool>,
     has_verify: bool,
 ) -> Result<T, E>
 where
-    T: Serialize + DeserializeOwned,
-    E: From<Error>,
     F: Future<Output = Attempt<T, E>>,
-    P: ErrorPolicy<E>,
-{
-    run::<T, E, F, P>(call, attempt, unknown_if, has_verify).await
-}
-
-async fn run<T, E, F, P>(
-    call: Result<Call, Error>,
-    attempt: F,
-    unknown_if: Option<fn(&E) -> bool>,
-    has_verify: bool,
-) -> Result<T, E>
-where
-    T: Serialize + DeserializeOwned,
-    E: From<Error>,
-    F: Future<Output = Attempt<T, E>>,
-    P: ErrorPolicy<E>,
 {
     let slot = take_report();
     let fail = |e: Error| -> E {
         report(&slot, |r| r.error = Some(e.clone()));
-        E::from(e)
+        (ops.contract_error)(e)
     };
     let call = match call {
         Ok(call) => call,
@@ -415,7 +466,7 @@ where
                 };
                 tracing::debug!(tool = spec.name, key = %call.key, decision = "replayed", "tool-contracts: replayed stored result");
                 report(&slot, |r| r.replayed = true);
-                return replay::<T, E, P>(&call, &result, is_error).map_err(|e| match e {
+                return replay(&call, &ops, &result, is_error).map_err(|e| match e {
                     Replayed::Contract(e) => fail(e),
                     Replayed::Tool(e) => e,
                 });
@@ -488,7 +539,7 @@ where
         }
     };
     match &result {
-        Ok(value) => match serde_json::to_string(value) {
+        Ok(value) => match ops.output.encode(value) {
             Ok(json) => finish_claim(&*store, &call, token, Some((&json, false))).await,
             Err(e) => {
                 // The effect happened but its result cannot be stored: keep the claim so it
@@ -506,7 +557,7 @@ where
             tracing::warn!(tool = spec.name, key = %call.key, decision = "abandoned", "tool-contracts: the tool's error leaves the outcome unknown; keeping the key for reconciliation");
             abandon(&*store, &call, token).await;
         }
-        Err(e) => match P::encode(e) {
+        Err(e) => match ops.stored_errors.map(|codec| codec.encode(e)) {
             Some(Ok(json)) => finish_claim(&*store, &call, token, Some((&json, true))).await,
             Some(Err(err)) => {
                 tracing::error!(tool = spec.name, key = %call.key, error = %err, "tool-contracts: cannot store the tool's error; releasing the claim");
@@ -529,11 +580,12 @@ enum Replayed<E> {
     Tool(E),
 }
 
-fn replay<T, E, P>(call: &Call, json: &str, is_error: bool) -> Result<T, Replayed<E>>
-where
-    T: DeserializeOwned,
-    P: ErrorPolicy<E>,
-{
+fn replay<T, E>(
+    call: &Call,
+    ops: &Ops<T, E>,
+    json: &str,
+    is_error: bool,
+) -> Result<T, Replayed<E>> {
     let codec = |what: &str, e: serde_json::Error| {
         Replayed::Contract(Error::Codec {
             tool: call.spec.name.to_owned(),
@@ -544,9 +596,9 @@ where
         })
     };
     if !is_error {
-        return serde_json::from_str(json).map_err(|e| codec("result", e));
+        return ops.output.decode(json).map_err(|e| codec("result", e));
     }
-    match P::decode(json) {
+    match ops.stored_errors.map(|errors| errors.decode(json)) {
         Some(Ok(e)) => Err(Replayed::Tool(e)),
         Some(Err(e)) => Err(codec("error", e)),
         None => Err(Replayed::Contract(Error::Codec {

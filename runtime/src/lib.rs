@@ -9,10 +9,15 @@
 mod ambient;
 mod engine;
 mod error;
+mod export;
 pub mod key;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 mod recovery;
 mod run;
 mod registry;
+mod secret;
+pub use secret::Secret;
 mod spec;
 pub mod store;
 

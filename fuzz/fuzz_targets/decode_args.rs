@@ -1,0 +1,142 @@
+//! Arbitrary JSON arguments never panic the argument decoder or a registry call: a call
+//! either succeeds or fails with `Error::InvalidArguments`, and then nothing was claimed.
+#![no_main]
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use libfuzzer_sys::fuzz_target;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tool_contracts::__private::{
+    decode_args, Concurrent, Mismatch, OnUnknown, SourceLocation, ToolKind, ToolSpec,
+};
+use tool_contracts::{mutating_tool, registry, with_store, Error, MemoryStore, Secret};
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct Cart {
+    pub id: String,
+    pub items: Vec<Item>,
+}
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct Item {
+    pub sku: String,
+    pub qty: u32,
+}
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Shipping {
+    Standard,
+    Express { days: u8 },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FuzzError {
+    #[error(transparent)]
+    Contract(#[from] Error),
+}
+
+/// A tool with a few typed parameters, two of them key fields.
+#[mutating_tool(idempotency_key_fields = [user_id, cart.id])]
+pub async fn fuzz_order(
+    user_id: u64,
+    cart: Cart,
+    amount: f64,
+    shipping: Option<Shipping>,
+    card: Secret<String>,
+    meta: BTreeMap<String, i64>,
+) -> Result<String, FuzzError> {
+    let _ = (amount, shipping, card, meta);
+    Ok(format!("{user_id}/{}", cart.id))
+}
+
+/// The same shapes decoded directly, with `deny_unknown_fields` like the generated struct.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct DirectArgs {
+    user_id: u64,
+    small: i8,
+    cart: Cart,
+    shipping: Option<Shipping>,
+    tags: Vec<String>,
+    card: Secret<String>,
+    pair: (u16, bool),
+}
+
+static DIRECT: ToolSpec = ToolSpec {
+    name: "direct",
+    description: "",
+    kind: ToolKind::Mutating,
+    key_fields: &["user_id"],
+    params: &[
+        "user_id", "small", "cart", "shipping", "tags", "card", "pair",
+    ],
+    version: 1,
+    ttl: Duration::from_secs(60),
+    lease: Duration::from_secs(30),
+    concurrent: Concurrent::Wait,
+    payload_mismatch: Mismatch::Reject,
+    on_unknown: OnUnknown::Fail,
+    cache_errors: false,
+    destructive: false,
+    open_world: false,
+    location: SourceLocation {
+        module_path: "fuzz",
+        file: "decode_args.rs",
+        line: 1,
+        column: 1,
+    },
+};
+
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("a tokio runtime")
+    })
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(args) = serde_json::from_slice::<Value>(data) else {
+        return;
+    };
+    match decode_args::<DirectArgs>(&DIRECT, &args) {
+        Ok(_) | Err(Error::InvalidArguments { .. }) => {}
+        Err(other) => panic!("decode_args: expected InvalidArguments, got {other:?}"),
+    }
+
+    let tool = registry()
+        .get("fuzz_order")
+        .expect("fuzz_order is registered");
+    let key = tool.key(&args);
+    let store = Arc::new(MemoryStore::new());
+    let result = runtime().block_on(with_store(
+        Arc::clone(&store),
+        registry().call("fuzz_order", args.clone()),
+    ));
+    match result {
+        Ok(out) => {
+            assert!(!out.replayed);
+            assert_eq!(
+                key.as_ref().ok().and_then(|k| k.as_deref()),
+                Some(out.key.as_str()),
+                "key() and call() disagree for {args}"
+            );
+            assert_eq!(store.len(), 1);
+        }
+        Err(Error::InvalidArguments { .. }) => {
+            assert!(store.is_empty(), "invalid arguments claimed a key: {args}");
+        }
+        Err(other) => panic!("call: expected Ok or InvalidArguments, got {other:?} for {args}"),
+    }
+    if let Err(e) = key {
+        assert!(matches!(e, Error::InvalidArguments { .. }), "key(): {e:?}");
+    }
+});

@@ -1,0 +1,439 @@
+#!/usr/bin/env python3
+"""End-to-end test of `tool_contracts::mcp` with a real MCP client: the official Python SDK
+(`mcp`, pinned in requirements.txt) against `examples/mcp_shop`, over stdio and over
+streamable HTTP (127.0.0.1, a free port).
+
+For each transport:
+ 1. tools/list: annotations and the idempotency contract under `_meta`;
+ 2. `create_order` twice with the same arguments (the second is a replay, one effect), then
+    with another `note` (an isError result naming `note`); client intent keys, sent as
+    `_meta["dev.tool-contracts/idempotencyKey"]` and as `params.idempotencyKey`, and refused
+    when invalid; an unknown tool is a JSON-RPC error;
+ 3. `charge_card` sleeps after charging: the server is killed with SIGKILL in that sleep,
+    restarted on the same SQLite file, and the same call retried: the answer is the
+    reconciled charge (the tool declares `verify`) or an OutcomeUnknown error (it does not),
+    per the contract the server publishes, and the ledger shows exactly one charge;
+ 4. 50 concurrent identical calls: one effect, one execution, 49 replays.
+
+Usage: test_e2e.py <path to the mcp_shop binary>   (tests/mcp/run.sh builds it and runs this)
+Exits non-zero on any failure, after printing the servers' stderr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any, AsyncIterator, Callable
+
+import anyio
+from mcp import Client, StdioServerParameters, types
+from mcp.client.stdio import stdio_client
+from mcp.shared.exceptions import MCPError
+
+CONTRACT = "dev.tool-contracts/idempotency"
+CALL = "dev.tool-contracts/call"
+CLIENT_KEY = "dev.tool-contracts/idempotencyKey"
+# The crash window of charge_card: long enough to kill the server in it, never waited out.
+CHARGE_DELAY_MS = "30000"
+OVERALL_TIMEOUT_S = 300
+
+
+class KeyedCallParams(types.CallToolRequestParams):
+    """tools/call params with `idempotencyKey`, the MCP idempotency proposal's shape (the SDK
+    has no field for it)."""
+
+    idempotency_key: str | None = None
+
+
+class KeyedCallRequest(types.CallToolRequest):
+    params: KeyedCallParams
+
+
+class Failure(Exception):
+    pass
+
+
+def check(condition: bool, message: str) -> None:
+    if not condition:
+        raise Failure(message)
+
+
+def call_meta(result: types.CallToolResult) -> dict[str, Any]:
+    meta = result.meta or {}
+    check(CALL in meta, f"result has no _meta[{CALL!r}]: {result}")
+    return meta[CALL]
+
+
+def text_of(result: types.CallToolResult) -> str:
+    return "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
+
+
+class Ledger:
+    """The shop's effects, as the example appends them (one JSON object a line)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def entries(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        out = []
+        for line in self.path.read_text().splitlines():
+            with contextlib.suppress(json.JSONDecodeError):
+                out.append(json.loads(line))
+        return out
+
+    def count(self, effect: str, **fields: Any) -> int:
+        return sum(
+            1
+            for e in self.entries()
+            if e.get("effect") == effect and all(e.get(k) == v for k, v in fields.items())
+        )
+
+
+class Server:
+    """One run of the example server; `logs` keeps every run's stderr for failure reports."""
+
+    def __init__(self, harness: "Harness", env: dict[str, str]) -> None:
+        self.harness = harness
+        self.env = env
+        self.log_path = harness.dir / f"server-{len(harness.logs)}.stderr"
+        harness.logs.append(self.log_path)
+
+    def pid(self) -> int:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            match = re.search(r"mcp_shop: pid (\d+)", self.log_path.read_text() if self.log_path.exists() else "")
+            if match:
+                return int(match.group(1))
+            time.sleep(0.05)
+        raise Failure(f"the server never printed its pid to {self.log_path}")
+
+    def kill(self) -> None:
+        os.kill(self.pid(), signal.SIGKILL)
+
+
+class Harness:
+    """Starts the example over one transport and opens SDK clients to it."""
+
+    name = ""
+
+    def __init__(self, binary: str, directory: Path) -> None:
+        self.binary = binary
+        self.dir = directory
+        self.db = directory / "shop.db"
+        self.ledger = Ledger(Path(str(self.db) + ".ledger.jsonl"))
+        self.logs: list[Path] = []
+
+    def server_env(self, extra: dict[str, str]) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k != "MCP_SHOP_CHARGE_DELAY_MS"}
+        env.update(extra)
+        return env
+
+    @contextlib.asynccontextmanager
+    async def connect(self, **env: str) -> AsyncIterator[tuple[Client, Server]]:
+        raise NotImplementedError
+        yield  # pragma: no cover
+
+
+class StdioHarness(Harness):
+    name = "stdio"
+
+    @contextlib.asynccontextmanager
+    async def connect(self, **env: str) -> AsyncIterator[tuple[Client, Server]]:
+        server = Server(self, self.server_env(env))
+        with open(server.log_path, "w") as errlog:
+            params = StdioServerParameters(
+                command=self.binary, args=["--stdio", "--db", str(self.db)], env=server.env
+            )
+            async with Client(stdio_client(params, errlog=errlog)) as client:
+                yield client, server
+
+
+class HttpHarness(Harness):
+    name = "http"
+
+    @contextlib.asynccontextmanager
+    async def connect(self, **env: str) -> AsyncIterator[tuple[Client, Server]]:
+        server = Server(self, self.server_env(env))
+        errlog = open(server.log_path, "w")
+        process = await anyio.open_process(
+            [self.binary, "--http", "127.0.0.1:0", "--db", str(self.db)],
+            env=server.env,
+            stdin=None,
+            stdout=errlog,
+            stderr=errlog,
+        )
+        try:
+            url = None
+            with anyio.fail_after(30):
+                while url is None:
+                    match = re.search(r"listening on (http://127\.0\.0\.1:\d+/mcp)", server.log_path.read_text())
+                    if match:
+                        url = match.group(1)
+                    elif process.returncode is not None:
+                        raise Failure(f"the HTTP server exited with {process.returncode}")
+                    else:
+                        await anyio.sleep(0.05)
+            async with Client(url) as client:
+                yield client, server
+        finally:
+            if process.returncode is None:
+                process.kill()
+            with anyio.move_on_after(10):
+                await process.wait()
+            errlog.close()
+
+
+def order_args(user_id: int, cart_id: str, note: str = "leave at the door") -> dict[str, Any]:
+    return {
+        "user_id": user_id,
+        "cart": {"id": cart_id, "items": [{"sku": "book", "qty": 2, "unit_cents": 1250}]},
+        "note": note,
+    }
+
+
+async def tools_are_listed_with_annotations_and_contract(h: Harness) -> None:
+    async with h.connect() as (client, _):
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        check({"create_order", "charge_card", "get_order"} <= set(tools), f"tools: {sorted(tools)}")
+        for tool in tools.values():
+            check(tool.input_schema.get("type") == "object", f"{tool.name}: inputSchema {tool.input_schema}")
+            check(tool.description, f"{tool.name} has no description")
+            if tool.output_schema is not None:
+                check(tool.output_schema.get("type") == "object", f"{tool.name}: outputSchema {tool.output_schema}")
+        order = tools["create_order"]
+        a = order.annotations
+        check(
+            a is not None and a.read_only_hint is False and a.idempotent_hint is True and a.destructive_hint is False,
+            f"create_order annotations: {a}",
+        )
+        contract = (order.meta or {}).get(CONTRACT)
+        check(contract is not None, f"create_order has no _meta[{CONTRACT!r}]: {order.meta}")
+        check(contract["kind"] == "mutating", f"contract: {contract}")
+        check(sorted(contract["keyFields"]) == ["cart.id", "user_id"], f"keyFields: {contract}")
+        check(contract["version"] == 1 and contract["ttlSeconds"] == 86400 and contract["leaseSeconds"] == 30, f"contract: {contract}")
+        check(contract["concurrent"] == "wait" and contract["payloadMismatch"] == "reject", f"contract: {contract}")
+        check(contract["onUnknown"] == "fail" and contract["keySpec"] == "tool-contracts/key/v1", f"contract: {contract}")
+        check(order.output_schema and "order_id" in order.output_schema.get("properties", {}), f"create_order outputSchema: {order.output_schema}")
+        charge = tools["charge_card"]
+        check(charge.annotations and charge.annotations.open_world_hint is True, f"charge_card annotations: {charge.annotations}")
+        charge_contract = (charge.meta or {}).get(CONTRACT, {})
+        check(charge_contract.get("keyFields") == ["order_id"] and charge_contract.get("leaseSeconds") == 2, f"charge_card contract: {charge_contract}")
+        check("verify" in charge_contract, f"charge_card contract has no `verify`: {charge_contract}")
+        get = tools["get_order"]
+        check(get.annotations and get.annotations.read_only_hint is True, f"get_order annotations: {get.annotations}")
+        check((get.meta or {}).get(CONTRACT) == {"kind": "read_only"}, f"get_order contract: {get.meta}")
+        # Option<OrderView> is not an object: published wrapped as {"result": ...}.
+        check(get.output_schema and get.output_schema.get("required") == ["result"], f"get_order outputSchema: {get.output_schema}")
+
+
+async def a_retry_is_replayed_and_a_changed_argument_is_refused(h: Harness) -> None:
+    args = order_args(7, f"cart-retry-{h.name}")
+    async with h.connect() as (client, _):
+        first = await client.call_tool("create_order", args)
+        check(not first.is_error, f"first call failed: {text_of(first)}")
+        m1 = call_meta(first)
+        check(m1["outcome"] == "executed" and not m1["replayed"], f"first call: {m1}")
+        check(isinstance(m1["key"], str) and len(m1["key"]) == 64, f"key: {m1}")
+        check(json.loads(text_of(first)) == first.structured_content, "text block != structuredContent")
+        second = await client.call_tool("create_order", args)
+        m2 = call_meta(second)
+        check(not second.is_error and m2["outcome"] == "replayed" and m2["replayed"], f"second call: {m2} {text_of(second)}")
+        check(m2["key"] == m1["key"], "the retry got another key")
+        check(second.structured_content == first.structured_content, "the replay differs from the first result")
+        check(h.ledger.count("order", key=m1["key"]) == 1, f"orders placed: {h.ledger.count('order', key=m1['key'])}")
+
+        changed = await client.call_tool("create_order", {**args, "note": "ring twice"})
+        check(changed.is_error is True, f"a changed note was not refused: {changed}")
+        check("`note`" in text_of(changed), f"the refusal does not name `note`: {text_of(changed)}")
+        mc = call_meta(changed)
+        check(mc["error"] == "key_reused" and mc["key"] == m1["key"] and mc["outcome"] == "rejected", f"refusal meta: {mc}")
+        check(h.ledger.count("order", key=m1["key"]) == 1, "the refused call placed an order")
+
+        # A client intent key makes another key (a narrower scope): one more effect, replayed
+        # whether the key comes as _meta or as params.idempotencyKey.
+        keyed = await client.call_tool("create_order", args, meta={CLIENT_KEY: f"intent-{h.name}-1"})
+        mk = call_meta(keyed)
+        check(not keyed.is_error and mk["outcome"] == "executed" and mk["clientKey"] == f"intent-{h.name}-1", f"keyed: {mk}")
+        check(mk["key"] != m1["key"], "a client key did not change the key")
+        again = await client.session.send_request(
+            KeyedCallRequest(
+                params=KeyedCallParams(name="create_order", arguments=args, idempotency_key=f"intent-{h.name}-1")
+            ),
+            types.CallToolResult,
+        )
+        ma = call_meta(again)
+        check(not again.is_error and ma["outcome"] == "replayed" and ma["key"] == mk["key"], f"params.idempotencyKey retry: {ma}")
+        check(h.ledger.count("order", key=mk["key"]) == 1, "the client-keyed intent ran twice")
+
+        for bad, why in (("", "empty"), ("x" * 256, "256 characters"), ("a\nb", "a control character")):
+            refused = await client.call_tool("create_order", args, meta={CLIENT_KEY: bad})
+            check(refused.is_error is True, f"a client key with {why} was accepted")
+            check("idempotency key" in text_of(refused), f"unclear refusal: {text_of(refused)}")
+            check(call_meta(refused)["error"] == "invalid_arguments", f"refusal meta: {call_meta(refused)}")
+        conflicting = await client.session.send_request(
+            KeyedCallRequest(
+                params=KeyedCallParams(name="create_order", arguments=args, idempotency_key="a", _meta={CLIENT_KEY: "b"})
+            ),
+            types.CallToolResult,
+        )
+        check(conflicting.is_error is True and "two different" in text_of(conflicting), f"conflicting keys: {text_of(conflicting)}")
+
+        bad_args = await client.call_tool("create_order", {"user_id": 7, "cart": {"id": ""}, "note": "x"})
+        check(bad_args.is_error is True and call_meta(bad_args)["error"] == "invalid_arguments", f"bad arguments: {bad_args}")
+
+        try:
+            await client.call_tool("create_ordr", args)
+            raise Failure("an unknown tool was not a JSON-RPC error")
+        except MCPError as e:
+            check(e.code == -32602 and "create_order" in e.error.message, f"unknown tool error: {e.code} {e.error.message}")
+
+        view = await client.call_tool("get_order", {"order_id": first.structured_content["order_id"]})
+        check(not view.is_error and view.structured_content["result"]["order"] == first.structured_content, f"get_order: {view}")
+        check(call_meta(view)["key"] is None and call_meta(view)["outcome"] == "executed", f"read-only meta: {call_meta(view)}")
+
+
+async def a_crash_after_the_effect_is_reconciled_or_reported_unknown(h: Harness) -> None:
+    order_id = 9000 + len(h.name)
+    args = {"order_id": order_id, "amount_cents": 2500, "card_token": "tok_visa"}
+    outcome: dict[str, Any] = {}
+    done = anyio.Event()
+
+    contract: dict[str, Any] = {}
+    problems: list[str] = []
+    killed = False
+    try:
+        async with h.connect(MCP_SHOP_CHARGE_DELAY_MS=CHARGE_DELAY_MS) as (client, server):
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            contract = (tools["charge_card"].meta or {}).get(CONTRACT, {})
+
+            async def charge() -> None:
+                try:
+                    outcome["result"] = await client.call_tool("charge_card", args)
+                except Exception as e:  # the connection dies with the server
+                    outcome["error"] = e
+                finally:
+                    done.set()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(charge)
+                deadline = time.monotonic() + 30
+                while h.ledger.count("charge", order_id=order_id) == 0 and not done.is_set():
+                    if time.monotonic() > deadline:
+                        problems.append("no charge appeared in the ledger within 30 s")
+                        break
+                    await anyio.sleep(0.02)
+                if done.is_set():
+                    problems.append(f"the charge returned before the crash window: {outcome}")
+                elif not problems:
+                    server.kill()  # SIGKILL: charged, result not stored
+                    killed = True
+                    with anyio.move_on_after(10):
+                        await done.wait()
+                tg.cancel_scope.cancel()
+    except Exception as e:  # the SDK's transport tears down a dead connection noisily
+        if not killed:
+            raise
+        print(f"     (client teardown after the kill: {type(e).__name__})")
+    check(not problems, "; ".join(problems))
+    check(killed, "the server was not killed")
+    check("result" not in outcome, f"the killed server answered: {outcome}")
+    check(h.ledger.count("charge", order_id=order_id) == 1, "not exactly one charge before the retry")
+
+    async with h.connect() as (client, _):
+        for attempt in range(2):
+            with anyio.fail_after(60):
+                retry = await client.call_tool("charge_card", args)
+            meta = call_meta(retry)
+            print(f"     (retry {attempt}: verify={contract.get('verify')}, isError={retry.is_error}, outcome={meta['outcome']})")
+            if contract["verify"]:
+                (charged,) = [e for e in h.ledger.entries() if e.get("effect") == "charge" and e["order_id"] == order_id]
+                check(not retry.is_error, f"retry {attempt} with verify failed: {text_of(retry)}")
+                check(retry.structured_content["charge_id"] == charged["charge_id"], f"not the reconciled charge: {retry.structured_content}")
+                check(meta["key"] == charged["key"], f"retry key {meta['key']} != the charge's {charged['key']}")
+            else:
+                check(contract["onUnknown"] == "fail", f"unexpected contract: {contract}")
+                check(retry.is_error is True, f"retry {attempt} without verify did not report the unknown outcome: {retry}")
+                check(meta["error"] == "outcome_unknown", f"retry {attempt}: {meta}")
+                check("unknown" in text_of(retry) and meta["key"] in text_of(retry), f"message: {text_of(retry)}")
+        check(h.ledger.count("charge", order_id=order_id) == 1, f"charges after the retries: {h.ledger.count('charge', order_id=order_id)}")
+
+
+async def fifty_concurrent_calls_make_one_effect(h: Harness) -> None:
+    args = order_args(50, f"cart-fifty-{h.name}")
+    results: list[types.CallToolResult] = []
+    async with h.connect() as (client, _):
+
+        async def one() -> None:
+            results.append(await client.call_tool("create_order", args))
+
+        with anyio.fail_after(120):
+            async with anyio.create_task_group() as tg:
+                for _ in range(50):
+                    tg.start_soon(one)
+    check(len(results) == 50, f"{len(results)} results")
+    failed = [text_of(r) for r in results if r.is_error]
+    check(not failed, f"{len(failed)} calls failed: {failed[:3]}")
+    metas = [call_meta(r) for r in results]
+    keys = {m["key"] for m in metas}
+    check(len(keys) == 1, f"{len(keys)} keys")
+    executed = sum(1 for m in metas if m["outcome"] == "executed")
+    check(executed == 1, f"{executed} executions, {50 - executed} replays")
+    check(all(r.structured_content == results[0].structured_content for r in results), "results differ")
+    check(h.ledger.count("order", key=keys.pop()) == 1, "not exactly one order placed")
+
+
+SCENARIOS: list[Callable[[Harness], Any]] = [
+    tools_are_listed_with_annotations_and_contract,
+    a_retry_is_replayed_and_a_changed_argument_is_refused,
+    a_crash_after_the_effect_is_reconciled_or_reported_unknown,
+    fifty_concurrent_calls_make_one_effect,
+]
+
+
+async def main(binary: str) -> int:
+    passed, failed = 0, 0
+    with tempfile.TemporaryDirectory(prefix="mcp-e2e-") as tmp:
+        harnesses = []
+        for cls in (StdioHarness, HttpHarness):
+            directory = Path(tmp) / cls.name
+            directory.mkdir()
+            harnesses.append(cls(binary, directory))
+        with anyio.fail_after(OVERALL_TIMEOUT_S):
+            for h in harnesses:
+                for scenario in SCENARIOS:
+                    label = f"{h.name}: {scenario.__name__}"
+                    started = time.monotonic()
+                    try:
+                        await scenario(h)
+                        passed += 1
+                        print(f"ok   {label} ({time.monotonic() - started:.1f}s)", flush=True)
+                    except BaseException as e:  # noqa: BLE001 - report every failure, keep going
+                        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+                            raise
+                        failed += 1
+                        print(f"FAIL {label}: {e}", flush=True)
+                        traceback.print_exc()
+        if failed:
+            for h in harnesses:
+                for log in h.logs:
+                    print(f"----- {h.name} server stderr: {log.name} -----")
+                    print(log.read_text() if log.exists() else "(none)")
+    print(f"mcp e2e: {passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+    sys.exit(anyio.run(main, sys.argv[1]))
