@@ -39,7 +39,10 @@ fn shipped(order_id: u64) -> Option<String> {
 #[mutating_tool(idempotency_key_fields = [order_id], lease = "2s", verify = was_shipped)]
 pub async fn ship_parcel(order_id: u64) -> Result<String, ShipError> {
     let tracking = format!("TRK-{order_id:05}");
-    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(ledger())?;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(ledger())?;
     writeln!(f, "{order_id} {tracking}")?;
     // The slow part after the effect: the window in which a kill leaves the outcome unknown.
     tokio::time::sleep(Duration::from_millis(700)).await;

@@ -50,7 +50,11 @@ struct FlakyNetwork {
 }
 
 impl FlakyNetwork {
-    async fn call(&mut self, tool: &str, args: serde_json::Value) -> Option<tool_contracts::ToolOutput> {
+    async fn call(
+        &mut self,
+        tool: &str,
+        args: serde_json::Value,
+    ) -> Option<tool_contracts::ToolOutput> {
         self.calls += 1;
         // The server runs the call either way; only the answer goes missing.
         let output = registry().call(tool, args).await;
@@ -88,7 +92,9 @@ async fn main() {
         });
         for attempt in 1.. {
             match network.call("create_order", args.clone()).await {
-                None => println!("  attempt {attempt}: no answer (timeout); retrying with the same intent"),
+                None => println!(
+                    "  attempt {attempt}: no answer (timeout); retrying with the same intent"
+                ),
                 Some(out) => {
                     let verdict = if out.replayed { "replayed" } else { "ran" };
                     println!(

@@ -68,7 +68,11 @@ async fn hundred_sequential_retries_run_the_body_once() {
     with_store(MemoryStore::new(), async {
         let mut results = Vec::new();
         for _ in 0..100 {
-            results.push(sequential_order(7, cart("c-1"), "gift".into()).await.unwrap());
+            results.push(
+                sequential_order(7, cart("c-1"), "gift".into())
+                    .await
+                    .unwrap(),
+            );
         }
         assert_eq!(SEQUENTIAL_RUNS.load(SeqCst), 1);
         assert!(results.iter().all(|r| r == &results[0]));
@@ -185,8 +189,14 @@ async fn a_key_reused_with_another_argument_is_rejected_naming_it() {
         // The whole cart is an argument too: other items under the same cart id differ.
         let mut other_items = cart("c");
         other_items.items.push("pen".into());
-        let err = reused_order(1, other_items, "first".into()).await.unwrap_err().contract();
-        assert!(matches!(err, Error::KeyReused { ref params, .. } if params == &["cart"]), "{err}");
+        let err = reused_order(1, other_items, "first".into())
+            .await
+            .unwrap_err()
+            .contract();
+        assert!(
+            matches!(err, Error::KeyReused { ref params, .. } if params == &["cart"]),
+            "{err}"
+        );
     })
     .await;
     assert_eq!(REUSED_RUNS.load(SeqCst), 1);
@@ -239,15 +249,30 @@ async fn invalid_json_arguments_run_nothing_and_claim_nothing() {
     let store = Arc::new(MemoryStore::new());
     with_store(Arc::clone(&store), async {
         let cases = [
-            (json!({"user_id": "seven", "cart": {"id": "c", "items": []}}), Some("user_id")),
+            (
+                json!({"user_id": "seven", "cart": {"id": "c", "items": []}}),
+                Some("user_id"),
+            ),
             (json!({"cart": {"id": "c", "items": []}}), None),
-            (json!({"user_id": 1, "cart": {"id": 5, "items": []}}), Some("cart.id")),
-            (json!({"user_id": 1, "cart": {"id": "c", "items": []}, "extra": 1}), None),
+            (
+                json!({"user_id": 1, "cart": {"id": 5, "items": []}}),
+                Some("cart.id"),
+            ),
+            (
+                json!({"user_id": 1, "cart": {"id": "c", "items": []}, "extra": 1}),
+                None,
+            ),
             (json!([1, 2]), None),
-            (json!({"user_id": -1, "cart": {"id": "c", "items": []}}), Some("user_id")),
+            (
+                json!({"user_id": -1, "cart": {"id": "c", "items": []}}),
+                Some("user_id"),
+            ),
         ];
         for (args, field) in cases {
-            let err = registry().call("invalid_order", args.clone()).await.unwrap_err();
+            let err = registry()
+                .call("invalid_order", args.clone())
+                .await
+                .unwrap_err();
             match &err {
                 Error::InvalidArguments { field: f, tool, .. } => {
                     assert_eq!(tool, "invalid_order");
@@ -258,10 +283,19 @@ async fn invalid_json_arguments_run_nothing_and_claim_nothing() {
                 other => panic!("{args}: expected InvalidArguments, got {other:?}"),
             }
         }
-        let err = registry().call("no_such_tool", json!({})).await.unwrap_err();
+        let err = registry()
+            .call("no_such_tool", json!({}))
+            .await
+            .unwrap_err();
         assert!(matches!(err, Error::UnknownTool { .. }), "{err}");
-        let err = registry().call("invalid_ordr", json!({})).await.unwrap_err();
-        assert!(err.to_string().contains("did you mean `invalid_order`"), "{err}");
+        let err = registry()
+            .call("invalid_ordr", json!({}))
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("did you mean `invalid_order`"),
+            "{err}"
+        );
     })
     .await;
     assert_eq!(INVALID_RUNS.load(SeqCst), 0);
@@ -288,7 +322,10 @@ async fn a_null_or_empty_key_field_is_rejected_so_calls_never_collapse_onto_one_
             (Some("acct".to_owned()), vec![]),
         ] {
             let err = empty_intent(account, tags).await.unwrap_err().contract();
-            assert!(matches!(err, Error::InvalidArguments { field: Some(_), .. }), "{err}");
+            assert!(
+                matches!(err, Error::InvalidArguments { field: Some(_), .. }),
+                "{err}"
+            );
         }
     })
     .await;
@@ -326,10 +363,16 @@ async fn falsy_results_replay_as_themselves_not_as_null_or_a_default() {
             assert_eq!(falsy_empty_vec(1).await.unwrap(), Vec::<u8>::new());
             assert_eq!(falsy_some_zero(1).await.unwrap(), Some(0));
         }
-        let out = registry().call("falsy_false", json!({"id": 1})).await.unwrap();
+        let out = registry()
+            .call("falsy_false", json!({"id": 1}))
+            .await
+            .unwrap();
         assert!(out.replayed);
         assert_eq!(out.value, json!(false));
-        let out = registry().call("falsy_empty_string", json!({"id": 1})).await.unwrap();
+        let out = registry()
+            .call("falsy_empty_string", json!({"id": 1}))
+            .await
+            .unwrap();
         assert_eq!(out.value, json!(""));
     })
     .await;
@@ -452,7 +495,10 @@ async fn a_panicking_body_leaves_an_unknown_outcome() {
     let task = tokio::spawn(with_store(Arc::clone(&store), panicking_tool(1)));
     assert!(task.await.is_err(), "the body panicked");
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let err = with_store(store, panicking_tool(1)).await.unwrap_err().contract();
+    let err = with_store(store, panicking_tool(1))
+        .await
+        .unwrap_err()
+        .contract();
     assert!(matches!(err, Error::OutcomeUnknown { .. }), "{err}");
     assert_eq!(PANIC_RUNS.load(SeqCst), 1);
 }
@@ -476,16 +522,29 @@ async fn scopes_isolate_tenants() {
         assert_ne!(a, unscoped);
         assert_eq!(with_scope("tenant-a", scoped_tool(1)).await.unwrap(), a);
         // Nesting composes: ("a", "b") is not the scope "a\u{1f}b" typed by a user, which is invalid.
-        let nested = with_scope("tenant-a", with_scope("run-1", scoped_tool(1))).await.unwrap();
+        let nested = with_scope("tenant-a", with_scope("run-1", scoped_tool(1)))
+            .await
+            .unwrap();
         assert_ne!(nested, a);
-        let bad = with_scope("tenant\u{1f}a", scoped_tool(1)).await.unwrap_err().contract();
+        let bad = with_scope("tenant\u{1f}a", scoped_tool(1))
+            .await
+            .unwrap_err()
+            .contract();
         assert!(matches!(bad, Error::InvalidArguments { .. }), "{bad}");
         let key_a = with_scope("tenant-a", async {
-            registry().get("scoped_tool").unwrap().key(&json!({"id": 1})).unwrap()
+            registry()
+                .get("scoped_tool")
+                .unwrap()
+                .key(&json!({"id": 1}))
+                .unwrap()
         })
         .await;
         let key_b = with_scope("tenant-b", async {
-            registry().get("scoped_tool").unwrap().key(&json!({"id": 1})).unwrap()
+            registry()
+                .get("scoped_tool")
+                .unwrap()
+                .key(&json!({"id": 1}))
+                .unwrap()
         })
         .await;
         assert_ne!(key_a, key_b);
@@ -552,7 +611,9 @@ async fn a_stored_result_that_no_longer_decodes_is_a_codec_error_naming_the_reme
         .unwrap();
     // A genuine record tells us the fingerprint a call with these arguments stores.
     let genuine = Arc::new(MemoryStore::new());
-    with_store(Arc::clone(&genuine), retyped_tool(1)).await.unwrap();
+    with_store(Arc::clone(&genuine), retyped_tool(1))
+        .await
+        .unwrap();
     let fingerprint = genuine.lookup(&key).await.unwrap().unwrap().fingerprint;
     // An older version of the tool stored a string under the same key.
     let store = Arc::new(MemoryStore::new());
@@ -569,11 +630,22 @@ async fn a_stored_result_that_no_longer_decodes_is_a_codec_error_naming_the_reme
     let ClaimOutcome::Acquired { token } = store.claim(req).await.unwrap() else {
         panic!("fresh key");
     };
-    let old = Completion { result: "\"an old string result\"", is_error: false, ttl: Duration::from_secs(60) };
+    let old = Completion {
+        result: "\"an old string result\"",
+        is_error: false,
+        ttl: Duration::from_secs(60),
+    };
     store.complete(&key, token, old).await.unwrap();
-    let err = with_store(store, retyped_tool(1)).await.unwrap_err().contract();
+    let err = with_store(store, retyped_tool(1))
+        .await
+        .unwrap_err()
+        .contract();
     match &err {
-        Error::Codec { tool, key: k, message } => {
+        Error::Codec {
+            tool,
+            key: k,
+            message,
+        } => {
             assert_eq!(tool, "retyped_tool");
             assert_eq!(k, &key);
             assert!(message.contains("version"), "{message}");
@@ -592,11 +664,30 @@ pub async fn list_orders(user_id: u64) -> Result<Vec<u64>, ShopError> {
 async fn the_registry_holds_exactly_the_declared_tools_in_name_order() {
     let names: Vec<&str> = registry().iter().map(|t| t.name()).collect();
     let mut expected = vec![
-        "cached_decline", "concurrent_order", "distinct_order", "empty_intent", "falsy_empty_string",
-        "falsy_empty_vec", "falsy_false", "falsy_none", "falsy_some_zero", "falsy_unit", "falsy_zero",
-        "flaky_charge", "hanging_transfer", "invalid_order", "list_orders", "long_tool",
-        "panicking_tool", "rejecting_tool", "rerun_tool", "retyped_tool", "reused_order",
-        "scoped_tool", "sequential_order", "shared_order",
+        "cached_decline",
+        "concurrent_order",
+        "distinct_order",
+        "empty_intent",
+        "falsy_empty_string",
+        "falsy_empty_vec",
+        "falsy_false",
+        "falsy_none",
+        "falsy_some_zero",
+        "falsy_unit",
+        "falsy_zero",
+        "flaky_charge",
+        "hanging_transfer",
+        "invalid_order",
+        "list_orders",
+        "long_tool",
+        "panicking_tool",
+        "rejecting_tool",
+        "rerun_tool",
+        "retyped_tool",
+        "reused_order",
+        "scoped_tool",
+        "sequential_order",
+        "shared_order",
     ];
     expected.sort();
     assert_eq!(names, expected);
@@ -604,7 +695,10 @@ async fn the_registry_holds_exactly_the_declared_tools_in_name_order() {
     let tools = list["tools"].as_array().unwrap();
     assert_eq!(tools.len(), expected.len());
     let shared = tools.iter().find(|t| t["name"] == "shared_order").unwrap();
-    assert_eq!(shared["description"], "Direct and registry calls share one key.");
+    assert_eq!(
+        shared["description"],
+        "Direct and registry calls share one key."
+    );
     assert_eq!(shared["inputSchema"]["type"], "object");
     assert_eq!(shared["annotations"]["idempotentHint"], true);
     assert_eq!(shared["annotations"]["readOnlyHint"], false);
@@ -613,7 +707,10 @@ async fn the_registry_holds_exactly_the_declared_tools_in_name_order() {
     assert_eq!(meta["version"], 2);
     let list_orders = tools.iter().find(|t| t["name"] == "list_orders").unwrap();
     assert_eq!(list_orders["annotations"]["readOnlyHint"], true);
-    let out = registry().call("list_orders", json!({"user_id": 3})).await.unwrap();
+    let out = registry()
+        .call("list_orders", json!({"user_id": 3}))
+        .await
+        .unwrap();
     assert_eq!(out.value, json!([3]));
     assert!(!out.replayed);
 }

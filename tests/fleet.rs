@@ -111,14 +111,17 @@ async fn worker(role: &str) {
             // Each process walks the intents in its own order, 16 calls in flight.
             let mut order: Vec<u64> = (0..200).collect();
             order.sort_by_key(|i| (i.wrapping_mul(2654435761).wrapping_add(seed * 97)) % 200);
-            let results = with_store(store, with_scope(scope, async {
-                use futures::stream::{self, StreamExt};
-                stream::iter(order)
-                    .map(|i| async move { (i, fleet_charge(i).await) })
-                    .buffer_unordered(16)
-                    .collect::<Vec<_>>()
-                    .await
-            }))
+            let results = with_store(
+                store,
+                with_scope(scope, async {
+                    use futures::stream::{self, StreamExt};
+                    stream::iter(order)
+                        .map(|i| async move { (i, fleet_charge(i).await) })
+                        .buffer_unordered(16)
+                        .collect::<Vec<_>>()
+                        .await
+                }),
+            )
             .await;
             for (i, r) in results {
                 out(i, r);
@@ -127,9 +130,16 @@ async fn worker(role: &str) {
         "crash-unverified" | "crash-verified" => {
             let intent: u64 = std::env::var("TC_FLEET_INTENT").unwrap().parse().unwrap();
             let verified = role == "crash-verified";
-            let r = with_store(store, with_scope(scope, async {
-                if verified { crash_verified(intent).await } else { crash_unverified(intent).await }
-            }))
+            let r = with_store(
+                store,
+                with_scope(scope, async {
+                    if verified {
+                        crash_verified(intent).await
+                    } else {
+                        crash_unverified(intent).await
+                    }
+                }),
+            )
             .await;
             out(intent, r);
         }
@@ -159,13 +169,18 @@ struct Env {
 
 fn spawn(env: &Env, role: &str, extra: &[(&str, String)]) -> std::process::Child {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", "fleet_worker_entry_point", "--nocapture", "--test-threads=1"])
-        .env("TC_FLEET_ROLE", role)
-        .env("TC_FLEET_STORE", &env.store)
-        .env("TC_FLEET_SCOPE", &env.scope)
-        .env("TC_FLEET_LEDGER", &env.ledger)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
+    cmd.args([
+        "--exact",
+        "fleet_worker_entry_point",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env("TC_FLEET_ROLE", role)
+    .env("TC_FLEET_STORE", &env.store)
+    .env("TC_FLEET_SCOPE", &env.scope)
+    .env("TC_FLEET_LEDGER", &env.ledger)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::inherit());
     for (k, v) in extra {
         cmd.env(k, v);
     }
@@ -202,22 +217,34 @@ fn run_fleet(store: String) {
     let mut per_intent: HashMap<u64, Vec<String>> = HashMap::new();
     for child in children {
         let output = child.wait_with_output().unwrap();
-        assert!(output.status.success(), "a worker failed: {:?}", output.status);
+        assert!(
+            output.status.success(),
+            "a worker failed: {:?}",
+            output.status
+        );
         let lines = lines(&output.stdout);
         assert_eq!(lines.len(), 200, "every worker answers every intent");
         for line in lines {
-            let result = line.result.unwrap_or_else(|e| panic!("intent {} failed: {e}", line.intent));
+            let result = line
+                .result
+                .unwrap_or_else(|e| panic!("intent {} failed: {e}", line.intent));
             per_intent.entry(line.intent).or_default().push(result);
         }
     }
     let effects = effects(&env.ledger);
     let _ = std::fs::remove_file(&env.ledger);
     assert_eq!(effects.len(), 200, "every intent took effect");
-    assert!(effects.values().all(|n| *n == 1), "no intent took effect twice: {effects:?}");
+    assert!(
+        effects.values().all(|n| *n == 1),
+        "no intent took effect twice: {effects:?}"
+    );
     assert_eq!(per_intent.len(), 200);
     for (intent, results) in per_intent {
         assert_eq!(results.len(), 4);
-        assert!(results.iter().all(|r| r == &results[0]), "intent {intent}: {results:?}");
+        assert!(
+            results.iter().all(|r| r == &results[0]),
+            "intent {intent}: {results:?}"
+        );
     }
 }
 
@@ -227,7 +254,11 @@ fn run_crash(store: String, verified: bool) {
         scope: unique("crash"),
         ledger: std::env::temp_dir().join(format!("{}.ledger", unique("crash"))),
     };
-    let role = if verified { "crash-verified" } else { "crash-unverified" };
+    let role = if verified {
+        "crash-verified"
+    } else {
+        "crash-unverified"
+    };
     let intent = [("TC_FLEET_INTENT", "41".to_owned())];
     let mut child = spawn(&env, role, &intent);
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -244,18 +275,31 @@ fn run_crash(store: String, verified: bool) {
     let lines = lines(&output.stdout);
     assert_eq!(lines.len(), 1);
     if verified {
-        assert_eq!(lines[0].result.as_deref(), Ok("verified-41"), "reconciled through verify");
+        assert_eq!(
+            lines[0].result.as_deref(),
+            Ok("verified-41"),
+            "reconciled through verify"
+        );
     } else {
         let err = lines[0].result.as_ref().unwrap_err();
         assert!(err.starts_with("outcome_unknown"), "{err}");
     }
     let effects = effects(&env.ledger);
     let _ = std::fs::remove_file(&env.ledger);
-    assert_eq!(effects.get(&41), Some(&1), "exactly one effect: {effects:?}");
+    assert_eq!(
+        effects.get(&41),
+        Some(&1),
+        "exactly one effect: {effects:?}"
+    );
 }
 
 fn sqlite_url(label: &str) -> String {
-    format!("sqlite:{}", std::env::temp_dir().join(format!("{}.db", unique(label))).display())
+    format!(
+        "sqlite:{}",
+        std::env::temp_dir()
+            .join(format!("{}.db", unique(label)))
+            .display()
+    )
 }
 
 fn url_or_skip(var: &str, what: &str) -> Option<String> {

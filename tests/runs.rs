@@ -5,9 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use tool_contracts::{
-    mutating_tool, with_store, Error, MemoryStore, Run, RunOptions, RunStatus,
-};
+use tool_contracts::{mutating_tool, with_store, Error, MemoryStore, Run, RunOptions, RunStatus};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TaskError {
@@ -62,8 +60,14 @@ async fn a_resumed_run_rereads_finished_steps_instead_of_running_them() {
     let intent = json!({"order": 77});
     with_store(Arc::clone(&store), async {
         let run = Run::start_with("fulfil", &intent, short()).await.unwrap();
-        assert_eq!(run.step("reserve", || counted("reserve")).await.unwrap(), "reserve-done");
-        assert_eq!(run.step("charge", || counted("charge")).await.unwrap(), "charge-done");
+        assert_eq!(
+            run.step("reserve", || counted("reserve")).await.unwrap(),
+            "reserve-done"
+        );
+        assert_eq!(
+            run.step("charge", || counted("charge")).await.unwrap(),
+            "charge-done"
+        );
         let mails = run.enter(send_email(77)).await.unwrap();
         assert_eq!(mails, 1);
         // The worker dies here: its handle goes away without finishing.
@@ -75,21 +79,51 @@ async fn a_resumed_run_rereads_finished_steps_instead_of_running_them() {
     with_store(Arc::clone(&store), async {
         let run = Run::start_with("fulfil", &intent, short()).await.unwrap();
         assert_eq!(run.status(), &RunStatus::Resumed);
-        assert_eq!(run.step("reserve", || counted("reserve")).await.unwrap(), "reserve-done");
-        assert_eq!(run.step("charge", || counted("charge")).await.unwrap(), "charge-done");
-        assert_eq!(run.enter(send_email(77)).await.unwrap(), 1, "the email is replayed");
-        assert_eq!(run.step("ship", || counted("ship")).await.unwrap(), "ship-done");
+        assert_eq!(
+            run.step("reserve", || counted("reserve")).await.unwrap(),
+            "reserve-done"
+        );
+        assert_eq!(
+            run.step("charge", || counted("charge")).await.unwrap(),
+            "charge-done"
+        );
+        assert_eq!(
+            run.enter(send_email(77)).await.unwrap(),
+            1,
+            "the email is replayed"
+        );
+        assert_eq!(
+            run.step("ship", || counted("ship")).await.unwrap(),
+            "ship-done"
+        );
         let journal = run.journal().await.unwrap();
-        let names: Vec<String> = journal.iter().map(|e| format!("{}:{}", e.kind, e.name)).collect();
-        assert_eq!(names, ["step:reserve", "step:charge", "tool:send_email", "step:ship"]);
-        assert!(journal.iter().all(|e| e.status == "completed"), "{journal:?}");
+        let names: Vec<String> = journal
+            .iter()
+            .map(|e| format!("{}:{}", e.kind, e.name))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "step:reserve",
+                "step:charge",
+                "tool:send_email",
+                "step:ship"
+            ]
+        );
+        assert!(
+            journal.iter().all(|e| e.status == "completed"),
+            "{journal:?}"
+        );
         run.finish(&"shipped").await.unwrap();
     })
     .await;
     assert_eq!(STEP_RUNS.load(SeqCst), 3, "only `ship` ran on resume");
     assert_eq!(EMAILS.load(SeqCst), 1);
     // A tool call of the same intent outside the run is another key: runs scope their tools.
-    with_store(store, async { assert_eq!(send_email(77).await.unwrap(), 2) }).await;
+    with_store(store, async {
+        assert_eq!(send_email(77).await.unwrap(), 2)
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -98,15 +132,21 @@ async fn a_resume_whose_code_asks_for_other_steps_fails_instead_of_mixing_journa
     let intent = json!({"order": 5});
     with_store(Arc::clone(&store), async {
         let run = Run::start_with("refund", &intent, short()).await.unwrap();
-        run.step("lookup", || async { Ok::<_, Error>(1) }).await.unwrap();
-        run.step("refund", || async { Ok::<_, Error>(2) }).await.unwrap();
+        run.step("lookup", || async { Ok::<_, Error>(1) })
+            .await
+            .unwrap();
+        run.step("refund", || async { Ok::<_, Error>(2) })
+            .await
+            .unwrap();
         drop(run);
     })
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     with_store(store, async {
         let run = Run::start_with("refund", &intent, short()).await.unwrap();
-        run.step("lookup", || async { Ok::<_, Error>(1) }).await.unwrap();
+        run.step("lookup", || async { Ok::<_, Error>(1) })
+            .await
+            .unwrap();
         let err = run
             .step("notify", || async { Ok::<_, Error>(3) })
             .await
@@ -144,19 +184,30 @@ async fn a_step_error_is_not_recorded_so_the_resume_runs_it_again() {
         }
     };
     with_store(Arc::clone(&store), async {
-        let run = Run::start_with("flaky", &json!({"id": 1}), short()).await.unwrap();
+        let run = Run::start_with("flaky", &json!({"id": 1}), short())
+            .await
+            .unwrap();
         assert!(run.step("call", step).await.is_err());
         drop(run);
     })
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     with_store(store, async {
-        let run = Run::start_with("flaky", &json!({"id": 1}), short()).await.unwrap();
+        let run = Run::start_with("flaky", &json!({"id": 1}), short())
+            .await
+            .unwrap();
         assert_eq!(run.status(), &RunStatus::Resumed);
         assert_eq!(run.step("call", step).await.unwrap(), 7);
-        assert_eq!(run.step("call", step).await.unwrap(), 7, "a second `call` is its own step");
+        assert_eq!(
+            run.step("call", step).await.unwrap(),
+            7,
+            "a second `call` is its own step"
+        );
         let err = Run::start("flaky", &json!({})).await.unwrap_err();
-        assert!(matches!(err, Error::InvalidArguments { .. }), "an empty intent is refused: {err}");
+        assert!(
+            matches!(err, Error::InvalidArguments { .. }),
+            "an empty intent is refused: {err}"
+        );
     })
     .await;
     assert_eq!(attempts.load(SeqCst), 3);

@@ -59,7 +59,10 @@ pub async fn with_scope<F: Future>(scope: impl Into<String>, future: F) -> F::Ou
 
 fn validate_scope(part: &str) -> Result<(), String> {
     if part.is_empty() {
-        return Err("the scope given to `with_scope` is empty; pass the tenant, user or run it stands for".to_owned());
+        return Err(
+            "the scope given to `with_scope` is empty; pass the tenant, user or run it stands for"
+                .to_owned(),
+        );
     }
     if part.chars().any(char::is_control) {
         return Err(format!(

@@ -138,7 +138,11 @@ pub enum Error {
 }
 
 fn list(items: &[String]) -> String {
-    items.iter().map(|p| format!("`{p}`")).collect::<Vec<_>>().join(", ")
+    items
+        .iter()
+        .map(|p| format!("`{p}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn field_suffix(field: &Option<String>) -> String {

@@ -14,8 +14,8 @@ pub mod key;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 mod recovery;
-mod run;
 mod registry;
+mod run;
 mod secret;
 pub use secret::Secret;
 mod spec;
@@ -29,12 +29,12 @@ pub use ambient::{
 };
 pub use error::Error;
 pub use recovery::{recover, recover_once, RecoveryReport};
-pub use run::{JournalEntry, Run, RunInfo, RunOptions, RunStatus, StepOptions, RUN_KEY_CONTRACT};
 pub use registry::{registry, try_registry, Registry, ToolDescriptor, ToolOutput, META_PREFIX};
+pub use run::{JournalEntry, Run, RunInfo, RunOptions, RunStatus, StepOptions, RUN_KEY_CONTRACT};
 pub use spec::{Concurrent, Mismatch, OnUnknown, SourceLocation, ToolKind};
 pub use store::{MemoryStore, Store};
 
-/// Re-exported: [`current_key_uuid`] returns a `uuid::Uuid`.
-pub use ::uuid;
 /// Re-exported: tool parameters implement `schemars::JsonSchema`.
 pub use ::schemars;
+/// Re-exported: [`current_key_uuid`] returns a `uuid::Uuid`.
+pub use ::uuid;

@@ -264,7 +264,9 @@ pub struct Registry {
 
 impl core::fmt::Debug for Registry {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_list().entries(self.tools.iter().map(|t| t.name())).finish()
+        f.debug_list()
+            .entries(self.tools.iter().map(|t| t.name()))
+            .finish()
     }
 }
 
@@ -372,7 +374,8 @@ impl Registry {
             });
         }
         let slot = Arc::new(Mutex::new(CallReport::default()));
-        let result = engine::with_report(Arc::clone(&slot), (tool.invoke)(&self.context, args)).await;
+        let result =
+            engine::with_report(Arc::clone(&slot), (tool.invoke)(&self.context, args)).await;
         let report = core::mem::take(&mut *slot.lock().unwrap_or_else(|p| p.into_inner()));
         let key = report.key.unwrap_or_default();
         match (result, report.error) {

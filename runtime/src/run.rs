@@ -207,12 +207,7 @@ struct RunContext {
     in_step: bool,
 }
 
-fn run_key(
-    name: &str,
-    intent: &Value,
-    scope: Option<&str>,
-    version: u32,
-) -> Result<String, Error> {
+fn run_key(name: &str, intent: &Value, scope: Option<&str>, version: u32) -> Result<String, Error> {
     let invalid = |message: String, field: Option<String>| Error::InvalidArguments {
         tool: name.to_owned(),
         field,
@@ -297,18 +292,19 @@ impl Run {
         let mut resumed = false;
         let (status, token) = loop {
             match outcome {
-                ClaimOutcome::Acquired { token } if resumed => break (RunStatus::Resumed, Some(token)),
+                ClaimOutcome::Acquired { token } if resumed => {
+                    break (RunStatus::Resumed, Some(token))
+                }
                 ClaimOutcome::Acquired { token } => break (RunStatus::Started, Some(token)),
                 ClaimOutcome::InProgress { .. } => break (RunStatus::Running, None),
                 ClaimOutcome::Completed(rec) => {
                     let result = match rec.state {
-                        RecordState::Completed { result, .. } => {
-                            serde_json::from_str(&result).map_err(|e| Error::Codec {
+                        RecordState::Completed { result, .. } => serde_json::from_str(&result)
+                            .map_err(|e| Error::Codec {
                                 tool: name.to_owned(),
                                 key: key.clone(),
                                 message: format!("the run's stored result does not decode: {e}"),
-                            })?
-                        }
+                            })?,
                         RecordState::InProgress { .. } => Value::Null,
                     };
                     break (RunStatus::Finished(result), None);
@@ -408,11 +404,7 @@ impl Run {
             return Err(E::from(self.not_owned()));
         };
         let ordinal = {
-            let mut cursor = self
-                .shared
-                .cursor
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
+            let mut cursor = self.shared.cursor.lock().unwrap_or_else(|p| p.into_inner());
             let ordinal = cursor.ordinals.entry(name.to_owned()).or_insert(0);
             let current = *ordinal;
             *ordinal += 1;
@@ -442,7 +434,9 @@ impl Run {
                 ClaimOutcome::Acquired { token } => break token,
                 ClaimOutcome::Completed(rec) => {
                     let RecordState::Completed { result, .. } = rec.state else {
-                        return Err(fail(StoreError::Corrupt("completed step without result".into())));
+                        return Err(fail(StoreError::Corrupt(
+                            "completed step without result".into(),
+                        )));
                     };
                     tracing::debug!(run = %self.shared.name, step = name, key = %step_key, decision = "replayed", "tool-contracts: step replayed from the journal");
                     return serde_json::from_str(&result).map_err(|e| {

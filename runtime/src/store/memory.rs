@@ -87,7 +87,9 @@ impl Default for MemoryStore {
 
 impl core::fmt::Debug for MemoryStore {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("MemoryStore").field("len", &self.len()).finish()
+        f.debug_struct("MemoryStore")
+            .field("len", &self.len())
+            .finish()
     }
 }
 
@@ -420,7 +422,12 @@ impl Store for MemoryStore {
     }
 
     async fn history(&self, key: &str) -> Result<Vec<HistoryEvent>, StoreError> {
-        Ok(self.shard(key).history.get(key).cloned().unwrap_or_default())
+        Ok(self
+            .shard(key)
+            .history
+            .get(key)
+            .cloned()
+            .unwrap_or_default())
     }
 
     async fn purge_expired(&self) -> Result<u64, StoreError> {

@@ -35,7 +35,9 @@ pub use sqlite::SqliteStore;
 pub enum StoreError {
     /// The caller's fencing token is not the current holder's: its lease was taken over,
     /// or the key was completed, released or purged meanwhile.
-    #[error("the lease on this key is no longer held by this worker (fencing token {token} is stale)")]
+    #[error(
+        "the lease on this key is no longer held by this worker (fencing token {token} is stale)"
+    )]
     LeaseLost {
         /// The stale token.
         token: u64,
