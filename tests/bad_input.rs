@@ -196,13 +196,13 @@ async fn sixteen_mib_arguments_are_accepted_stored_and_replayed_in_bounded_time(
     args["user_id"] = Value::String("9".repeat(SIXTEEN_MIB));
     let err = refused(args).await;
     assert_eq!(invalid(&err).0, Some("user_id"));
-    // KNOWN ISSUE, pinned so that fixing it is a visible change: serde's "invalid type"
-    // message quotes the offending value whole, so this error is 16 MiB long and goes
-    // verbatim to the caller (an LLM's context) and to logs. `decode_args` should cut the
-    // quoted value (e.g. to 200 characters); then flip this assertion to `< 64 * 1024`.
+    // serde's message quotes the offending value whole; `decode_args` shortens it so a
+    // 16 MiB value never becomes a 16 MiB error in an LLM's context or a log line.
+    let message = err.to_string();
+    assert!(message.len() < 1024, "{} bytes", message.len());
     assert!(
-        err.to_string().len() > SIXTEEN_MIB,
-        "the error now truncates: flip this check"
+        message.contains("bytes elided") && message.contains("expected u64"),
+        "{message}"
     );
 }
 

@@ -46,9 +46,33 @@ pub fn decode_args<A: DeserializeOwned>(spec: &'static ToolSpec, args: &Value) -
         Error::InvalidArguments {
             tool: spec.name.to_owned(),
             field: (path != ".").then_some(path),
-            message: e.into_inner().to_string(),
+            message: shorten(e.into_inner().to_string()),
         }
     })
+}
+
+/// serde's messages quote the offending value whole; a 16 MiB string must not become a
+/// 16 MiB error in an LLM's context or a log line. Keeps the head and the tail (which says
+/// what was expected).
+fn shorten(message: String) -> String {
+    const HEAD: usize = 240;
+    const TAIL: usize = 80;
+    if message.len() <= HEAD + TAIL + 64 {
+        return message;
+    }
+    let head_end = (0..=HEAD)
+        .rev()
+        .find(|&i| message.is_char_boundary(i))
+        .unwrap_or(0);
+    let tail_start = (message.len() - TAIL..message.len())
+        .find(|&i| message.is_char_boundary(i))
+        .unwrap_or(message.len());
+    format!(
+        "{}… ({} bytes elided) …{}",
+        &message[..head_end],
+        tail_start - head_end,
+        &message[tail_start..]
+    )
 }
 
 /// Decodes the JSON arguments the store kept for a call (the object `CallBuilder::arg`
