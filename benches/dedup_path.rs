@@ -1,0 +1,178 @@
+//! Issue item 2: the replay path (a duplicate answered from `MemoryStore`) and the
+//! first-call path, against calling the bare function and against a `cached` crate
+//! `#[cached]` memoization hit.
+//!
+//! Every variant builds the same arguments (a `Cart` with a `String` id and one item, a
+//! `String` note) on each iteration, so the argument allocations cancel out of the ratios.
+//! Async variants run N calls inside one `block_on` (criterion's `iter_custom`), so the
+//! executor's entry cost is not counted per call.
+//!
+//! Run: `cargo bench --bench dedup_path` (add `-- --quick` for a short run).
+
+#[allow(dead_code)]
+#[path = "common/mod.rs"]
+mod common;
+
+use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use cached::proc_macro::cached;
+use criterion::{criterion_group, criterion_main, Criterion};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tool_contracts::{mutating_tool, registry, with_store, MemoryStore};
+
+/// A cart, as an agent sends it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub struct Cart {
+    /// Cart id: part of the intent.
+    pub id: String,
+    /// Items.
+    pub items: Vec<String>,
+}
+
+/// The (small) result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Order {
+    /// Order number.
+    pub order_id: u64,
+    /// Cart it was made from.
+    pub cart_id: String,
+    /// Total.
+    pub total_cents: u64,
+}
+
+/// The tool's error type.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// A contract failure.
+    #[error(transparent)]
+    Contract(#[from] tool_contracts::Error),
+}
+
+fn cart(id: &str) -> Cart {
+    Cart {
+        id: id.to_owned(),
+        items: vec!["book".to_owned()],
+    }
+}
+
+fn body(user_id: u64, cart: Cart) -> Order {
+    Order {
+        order_id: user_id * 10 + 1,
+        cart_id: cart.id,
+        total_cents: 4999,
+    }
+}
+
+/// Place an order (deduplicated).
+#[mutating_tool(idempotency_key_fields = [user_id, cart.id])]
+pub async fn create_order(user_id: u64, cart: Cart, note: String) -> Result<Order, BenchError> {
+    let _ = note;
+    Ok(body(user_id, cart))
+}
+
+/// The same function, bare.
+async fn bare_create_order(user_id: u64, cart: Cart, note: String) -> Result<Order, BenchError> {
+    let _ = black_box(note);
+    Ok(body(user_id, cart))
+}
+
+/// The same function, memoized by the `cached` crate (keyed by all arguments).
+#[cached]
+fn cached_create_order(user_id: u64, cart: Cart, note: String) -> Order {
+    let _ = note;
+    body(user_id, cart)
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+fn bench(c: &mut Criterion) {
+    common::print_machine("dedup_path");
+    let rt = runtime();
+    let mut g = c.benchmark_group("call");
+
+    // Replay: one key, completed once before measuring.
+    let store = Arc::new(MemoryStore::new());
+    rt.block_on(with_store(Arc::clone(&store), async {
+        create_order(7, cart("c-42"), "gift".into())
+            .await
+            .expect("first call");
+    }));
+    g.bench_function("replay/ours_memory", |b| {
+        b.iter_custom(|iters| {
+            rt.block_on(with_store(Arc::clone(&store), async move {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    let out = create_order(black_box(7), cart("c-42"), "gift".into()).await;
+                    black_box(out.expect("replay"));
+                }
+                start.elapsed()
+            }))
+        });
+    });
+    g.bench_function("replay/ours_registry_json", |b| {
+        b.iter_custom(|iters| {
+            rt.block_on(with_store(Arc::clone(&store), async move {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    let args = json!({"user_id": 7, "cart": {"id": "c-42", "items": ["book"]}, "note": "gift"});
+                    let out = registry().call("create_order", args).await;
+                    black_box(out.expect("replay"));
+                }
+                start.elapsed()
+            }))
+        });
+    });
+    g.bench_function("replay/cached_hit", |b| {
+        let _ = cached_create_order(7, cart("c-42"), "gift".into());
+        b.iter(|| cached_create_order(black_box(7), cart("c-42"), "gift".into()));
+    });
+    g.bench_function("bare_fn", |b| {
+        b.iter_custom(|iters| {
+            rt.block_on(async move {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    let out = bare_create_order(black_box(7), cart("c-42"), "gift".into()).await;
+                    black_box(out.expect("bare"));
+                }
+                start.elapsed()
+            })
+        });
+    });
+
+    // First calls: a fresh key each call, a fresh store each sample (dropped untimed).
+    let next_user = AtomicU64::new(1_000_000);
+    g.bench_function("first_call/ours_memory", |b| {
+        b.iter_custom(|iters| {
+            let store = Arc::new(MemoryStore::new());
+            let base = next_user.fetch_add(iters, Ordering::Relaxed);
+            let elapsed = rt.block_on(with_store(Arc::clone(&store), async move {
+                let start = Instant::now();
+                for i in 0..iters {
+                    let out = create_order(base + i, cart("c-42"), "gift".into()).await;
+                    black_box(out.expect("first call"));
+                }
+                start.elapsed()
+            }));
+            drop(store);
+            elapsed
+        });
+    });
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = common::criterion();
+    targets = bench
+}
+criterion_main!(benches);

@@ -1,0 +1,431 @@
+//! Issue item 4: `RedisStore` and `PostgresStore` first calls and replays per second at
+//! concurrency 1, 16 and 64 on the local servers, against the servers' own ceiling
+//! measured in the same run.
+//!
+//! - Redis ceiling: `redis-benchmark` (same host, same concurrency) running `EVALSHA` of
+//!   scripts that issue the same Redis commands as the store's claim, completion and
+//!   replay scripts (`TIME`, `HMGET`, `INCR`, `HSET`, `PEXPIRE`, `ZADD`, `ZREM`, `RPUSH`),
+//!   without the store's branching. A first call is one claim and one completion, so its
+//!   ceiling is `1 / (1/claim_rate + 1/complete_rate)`; a replay is one claim.
+//! - PostgreSQL ceiling: a bare tokio-postgres loop, one connection per task, each call one
+//!   autocommit `INSERT` of a record-shaped row (first calls) or one primary-key `SELECT`
+//!   (replays).
+//!
+//! Needs `TOOL_CONTRACTS_REDIS_URL` (e.g. `redis://127.0.0.1:6379`) and
+//! `TOOL_CONTRACTS_POSTGRES_URL` (e.g. `postgres://postgres@127.0.0.1:5432/test`); without
+//! one, its half prints a loud SKIP line. Keys live under `tcbench:` (Redis) and tables
+//! under `tcbench_` (PostgreSQL); both are removed at the start and the end.
+//! Run: `cargo bench --features redis,postgres --bench fleet_stores` (add `-- --quick`).
+
+#[allow(dead_code)]
+#[path = "common/mod.rs"]
+mod common;
+#[allow(dead_code)]
+#[path = "common/tool.rs"]
+mod tool;
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::Mode;
+use tool_contracts::store::{PostgresStore, RedisStore};
+use tool_contracts::{with_store, Store};
+
+/// Concurrencies to measure: 1, 16 and 64, or the comma list in
+/// `TOOL_CONTRACTS_BENCH_CONCURRENCY` (`bench/powertools.sh` asks for `1`).
+fn concurrencies() -> Vec<usize> {
+    std::env::var("TOOL_CONTRACTS_BENCH_CONCURRENCY")
+        .ok()
+        .map(|v| {
+            v.split(',')
+                .filter_map(|c| c.trim().parse().ok())
+                .collect::<Vec<usize>>()
+        })
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| vec![1, 16, 64])
+}
+
+/// A set, non-empty environment variable.
+fn env_url(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+fn report(name: &str, rate: f64, ceiling: f64) {
+    println!(
+        "{name:<52} {rate:>9.0} /s  ceiling {ceiling:>9.0} /s  x{:.2}",
+        rate / ceiling
+    );
+}
+
+/// First calls then replays of the keys just made, at one concurrency; returns the rates.
+fn ours<S: Store + Clone>(
+    rt: &tokio::runtime::Runtime,
+    store: &S,
+    concurrency: usize,
+    window: Duration,
+    base: u64,
+) -> (f64, f64) {
+    let s = store.clone();
+    let (n, el) = rt.block_on(common::concurrent(concurrency, window, base, move |u| {
+        with_store(s.clone(), tool::call(u))
+    }));
+    let first = common::per_sec(n, el);
+    let made = n.max(1);
+    let s = store.clone();
+    let (n, el) = rt.block_on(common::concurrent(concurrency, window, 0, move |i| {
+        with_store(s.clone(), tool::call(base + i % made))
+    }));
+    (first, common::per_sec(n, el))
+}
+
+// ---------------------------------------------------------------- Redis
+
+const CEIL_CLAIM: &str = r"
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local cur = redis.call('HMGET', KEYS[1], 'st', 'tok', 'lease', 'fp')
+local tok = redis.call('INCR', 'tcceil:token')
+redis.call('HSET', KEYS[1], 'st', 'p', 'tok', tok, 'lease', now + 30000, 'tool', 'create_order',
+  'fp', ARGV[1], 'args', ARGV[2], 'worker', 'bench', 'created', now, 'expires', now + 86400000)
+redis.call('PEXPIRE', KEYS[1], 86400000)
+redis.call('ZADD', 'tcceil:pending', now, KEYS[1])
+redis.call('ZADD', 'tcceil:expiry', now + 86400000, KEYS[1])
+redis.call('RPUSH', KEYS[2], 'claimed|' .. tok .. '|' .. now .. '|bench')
+redis.call('PEXPIRE', KEYS[2], 86400000)
+return tok
+";
+
+const CEIL_COMPLETE: &str = r"
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local cur = redis.call('HMGET', KEYS[1], 'st', 'tok')
+redis.call('HSET', KEYS[1], 'st', 'c', 'result', ARGV[1], 'completed', now, 'expires', now + 86400000)
+redis.call('HDEL', KEYS[1], 'lease')
+redis.call('PEXPIRE', KEYS[1], 86400000)
+redis.call('ZREM', 'tcceil:pending', KEYS[1])
+redis.call('ZADD', 'tcceil:expiry', now + 86400000, KEYS[1])
+redis.call('RPUSH', KEYS[2], 'completed|1|' .. now .. '|bench')
+return 1
+";
+
+const CEIL_REPLAY: &str = r"
+local t = redis.call('TIME')
+return redis.call('HGETALL', KEYS[1])
+";
+
+fn host_port(url: &str) -> (String, String) {
+    let rest = url.split("://").nth(1).unwrap_or(url);
+    let rest = rest.rsplit('@').next().unwrap_or(rest);
+    let hostport = rest.split('/').next().unwrap_or(rest);
+    match hostport.rsplit_once(':') {
+        Some((h, p)) => (h.to_owned(), p.to_owned()),
+        None => (hostport.to_owned(), "6379".to_owned()),
+    }
+}
+
+/// Requests per second that `redis-benchmark` reaches for `EVALSHA sha 2 k1 k2 args...`.
+fn redis_benchmark(
+    url: &str,
+    concurrency: usize,
+    requests: u64,
+    sha: &str,
+    args: &[&str],
+) -> Option<f64> {
+    let (host, port) = host_port(url);
+    let out = Command::new("redis-benchmark")
+        .args(["-h", &host, "-p", &port, "-c", &concurrency.to_string()])
+        .args([
+            "-n",
+            &requests.to_string(),
+            "-r",
+            "100000000",
+            "--csv",
+            "-q",
+        ])
+        .args([
+            "EVALSHA",
+            sha,
+            "2",
+            "tcceil:r:__rand_int__",
+            "tcceil:h:__rand_int__",
+        ])
+        .args(args)
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    // CSV: "test","rps",avg,min,p50,p95,p99,max. The test name repeats the command, whose
+    // JSON arguments hold commas, so the rate is read as the 7th field from the end.
+    text.lines()
+        .filter(|l| !l.starts_with("\"test\""))
+        .filter_map(|l| {
+            let fields: Vec<&str> = l.split(',').collect();
+            fields
+                .len()
+                .checked_sub(7)
+                .and_then(|i| fields.get(i).copied())
+        })
+        .filter_map(|f| f.trim_matches('"').parse::<f64>().ok())
+        .next_back()
+}
+
+async fn redis_clean(client: &redis::Client, pattern: &str) {
+    let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
+        return;
+    };
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await
+            .unwrap_or((0, Vec::new()));
+        if !keys.is_empty() {
+            let _: Result<u64, _> = redis::cmd("UNLINK").arg(&keys).query_async(&mut conn).await;
+        }
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+}
+
+async fn load_script(client: &redis::Client, body: &str) -> String {
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis connection");
+    redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(body)
+        .query_async(&mut conn)
+        .await
+        .expect("SCRIPT LOAD")
+}
+
+fn bench_redis(rt: &tokio::runtime::Runtime, mode: Mode, url: &str) {
+    let client = redis::Client::open(url).expect("redis url");
+    rt.block_on(redis_clean(&client, "tcbench:*"));
+    rt.block_on(redis_clean(&client, "tcceil:*"));
+    let store = Arc::new(
+        rt.block_on(RedisStore::with_prefix(url, "tcbench:"))
+            .expect("RedisStore"),
+    );
+    let claim = rt.block_on(load_script(&client, CEIL_CLAIM));
+    let complete = rt.block_on(load_script(&client, CEIL_COMPLETE));
+    let replay = rt.block_on(load_script(&client, CEIL_REPLAY));
+    let requests: u64 = match mode {
+        Mode::Full => 200_000,
+        Mode::Quick => 40_000,
+        Mode::Test => 2_000,
+    };
+    let fp = "cart.id=0123456789abcdef01234567;note=0123456789abcdef01234567;user_id=0123456789abcdef01234567";
+    let args = r#"{"cart":{"id":"c-42","items":["book"]},"note":"gift","user_id":7}"#;
+    let result = r#"{"cart_id":"c-42","order_id":71,"total_cents":4999}"#;
+    for c in concurrencies() {
+        let (first, replays) = ours(rt, &store, c, mode.window(), c as u64 * 1_000_000_000);
+        let rc = redis_benchmark(url, c, requests, &claim, &[fp, args]);
+        let rk = redis_benchmark(url, c, requests, &complete, &[result]);
+        let rr = redis_benchmark(url, c, requests, &replay, &[]);
+        match (rc, rk, rr) {
+            (Some(rc), Some(rk), Some(rr)) => {
+                let first_ceiling = 1.0 / (1.0 / rc + 1.0 / rk);
+                report(
+                    &format!("RedisStore first call, conc {c}"),
+                    first,
+                    first_ceiling,
+                );
+                report(&format!("RedisStore replay, conc {c}"), replays, rr);
+                println!(
+                    "    redis-benchmark EVALSHA rates: claim-like {rc:.0}/s, complete-like {rk:.0}/s, replay-like {rr:.0}/s"
+                );
+            }
+            _ => {
+                println!(
+                    "!!! redis-benchmark did not run or its output was not understood: no ceiling"
+                );
+                println!("RedisStore first call, conc {c}: {first:.0} /s; replay {replays:.0} /s");
+            }
+        }
+    }
+    drop(store);
+    rt.block_on(redis_clean(&client, "tcbench:*"));
+    rt.block_on(redis_clean(&client, "tcceil:*"));
+}
+
+// ---------------------------------------------------------------- PostgreSQL
+
+const PG_FLOOR_SCHEMA: &str = "
+DROP TABLE IF EXISTS tcbench_floor;
+CREATE TABLE tcbench_floor (
+    key text PRIMARY KEY, tool text NOT NULL, scope text, fingerprint text NOT NULL,
+    args text NOT NULL, worker text NOT NULL, state text NOT NULL, token bigint NOT NULL,
+    lease_expires_at timestamptz, result text, is_error boolean NOT NULL DEFAULT false,
+    completed_at timestamptz, created_at timestamptz NOT NULL, expires_at timestamptz NOT NULL
+);
+";
+
+async fn pg_client(url: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("postgres connection");
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    client
+}
+
+async fn pg_drop_bench_tables(url: &str) {
+    let client = pg_client(url).await;
+    let rows = client
+        .query(
+            "SELECT format('DROP TABLE IF EXISTS %I CASCADE', tablename) FROM pg_tables \
+             WHERE tablename LIKE 'tcbench\\_%'",
+            &[],
+        )
+        .await
+        .unwrap_or_default();
+    for row in rows {
+        let sql: String = row.get(0);
+        let _ = client.batch_execute(&sql).await;
+    }
+    let _ = client
+        .batch_execute(
+            "DO $$ DECLARE s text; BEGIN FOR s IN SELECT sequencename FROM pg_sequences \
+             WHERE sequencename LIKE 'tcbench\\_%' LOOP EXECUTE format('DROP SEQUENCE IF EXISTS %I CASCADE', s); \
+             END LOOP; END $$;",
+        )
+        .await;
+}
+
+/// Bare tokio-postgres: `concurrency` connections, one statement in flight each.
+async fn pg_ceiling(url: &str, concurrency: usize, window: Duration, base: u64) -> (f64, f64) {
+    let mut clients = Vec::new();
+    for _ in 0..concurrency {
+        clients.push(Arc::new(pg_client(url).await));
+    }
+    let insert_sql = "INSERT INTO tcbench_floor (key, tool, scope, fingerprint, args, worker, state, token, \
+        lease_expires_at, is_error, created_at, expires_at) VALUES ($1, 'create_order', NULL, $2, $3, 'bench', \
+        'in_progress', $4, now() + interval '30 s', false, now(), now() + interval '1 day')";
+    let pool = Arc::new(clients);
+    let run = |sql: &'static str, select: bool, start: u64, made: u64| {
+        let pool = Arc::clone(&pool);
+        let slot = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        common::concurrent(concurrency, window, start, move |i| {
+            // Calls go round robin over the connections (about one in flight on each).
+            let k = slot.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % pool.len();
+            let client = Arc::clone(&pool[k]);
+            async move {
+                if select {
+                    let key = format!("k{}", base + i % made);
+                    let rows = client.query(sql, &[&key]).await.expect("select");
+                    std::hint::black_box(rows);
+                } else {
+                    let key = format!("k{i}");
+                    client
+                        .execute(
+                            sql,
+                            &[
+                                &key,
+                                &"cart.id=0123456789abcdef01234567;note=0123456789abcdef01234567",
+                                &r#"{"cart":{"id":"c-42","items":["book"]},"note":"gift","user_id":7}"#,
+                                &(i as i64),
+                            ],
+                        )
+                        .await
+                        .expect("insert");
+                }
+            }
+        })
+    };
+    let (n, el) = run(insert_sql, false, base, 0).await;
+    let inserts = common::per_sec(n, el);
+    let made = n.max(1);
+    let (n, el) = run("SELECT * FROM tcbench_floor WHERE key = $1", true, 0, made).await;
+    (inserts, common::per_sec(n, el))
+}
+
+fn bench_postgres(rt: &tokio::runtime::Runtime, mode: Mode, url: &str) {
+    rt.block_on(pg_drop_bench_tables(url));
+    rt.block_on(async {
+        pg_client(url)
+            .await
+            .batch_execute(PG_FLOOR_SCHEMA)
+            .await
+            .expect("floor schema");
+    });
+    let store = Arc::new(
+        rt.block_on(
+            PostgresStore::builder(url)
+                .table_prefix("tcbench_")
+                .connect(),
+        )
+        .expect("PostgresStore"),
+    );
+    let mut ceiling_64 = None;
+    for c in concurrencies() {
+        let window = mode.window();
+        let (first, replays) = ours(rt, &store, c, window, c as u64 * 1_000_000_000);
+        let (ins, sel) = rt.block_on(pg_ceiling(url, c, window, c as u64 * 1_000_000_000));
+        report(
+            &format!("PostgresStore first call, conc {c} (default pool)"),
+            first,
+            ins,
+        );
+        report(
+            &format!("PostgresStore replay, conc {c} (default pool)"),
+            replays,
+            sel,
+        );
+        if c == 64 {
+            ceiling_64 = Some((ins, sel));
+        }
+    }
+    drop(store);
+    if !concurrencies().contains(&64) {
+        rt.block_on(pg_drop_bench_tables(url));
+        return;
+    }
+    // The default pool is deadpool's (4 x cores = 8 here): at 64, one run with 64.
+    let store = Arc::new(
+        rt.block_on(
+            PostgresStore::builder(url)
+                .table_prefix("tcbench_")
+                .max_connections(64)
+                .connect(),
+        )
+        .expect("PostgresStore"),
+    );
+    let window = mode.window();
+    let (first, replays) = ours(rt, &store, 64, window, 90_000_000_000);
+    drop(store);
+    // The same ceiling as the default-pool row (measured with 64 connections already; the
+    // server's `max_connections` = 100 leaves no room for 64 more beside the pool's 64).
+    if let Some((ins, sel)) = ceiling_64 {
+        report("PostgresStore first call, conc 64 (pool 64)", first, ins);
+        report("PostgresStore replay, conc 64 (pool 64)", replays, sel);
+    }
+    rt.block_on(pg_drop_bench_tables(url));
+}
+
+fn main() {
+    let mode = Mode::detect();
+    common::print_machine("fleet_stores");
+    let rt = common::multi_thread_runtime();
+    match env_url("TOOL_CONTRACTS_REDIS_URL") {
+        Some(url) => bench_redis(&rt, mode, &url),
+        None => println!(
+            "!!!!!!!! SKIPPED RedisStore benches: TOOL_CONTRACTS_REDIS_URL is not set (e.g. redis://127.0.0.1:6379) !!!!!!!!"
+        ),
+    }
+    match env_url("TOOL_CONTRACTS_POSTGRES_URL") {
+        Some(url) => bench_postgres(&rt, mode, &url),
+        None => println!(
+            "!!!!!!!! SKIPPED PostgresStore benches: TOOL_CONTRACTS_POSTGRES_URL is not set (e.g. postgres://postgres@127.0.0.1:5432/test) !!!!!!!!"
+        ),
+    }
+}
