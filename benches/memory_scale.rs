@@ -20,66 +20,15 @@
 #[allow(dead_code)]
 #[path = "common/mod.rs"]
 mod common;
+#[path = "common/tool.rs"]
+mod tool;
 
-use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::Mode;
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-use tool_contracts::{mutating_tool, with_store, MemoryStore};
-
-/// A cart, as an agent sends it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub struct Cart {
-    /// Cart id: part of the intent.
-    pub id: String,
-    /// Items.
-    pub items: Vec<String>,
-}
-
-/// The (small) result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub struct Order {
-    /// Order number.
-    pub order_id: u64,
-    /// Cart it was made from.
-    pub cart_id: String,
-    /// Total.
-    pub total_cents: u64,
-}
-
-/// The tool's error type.
-#[derive(Debug, thiserror::Error)]
-pub enum BenchError {
-    /// A contract failure.
-    #[error(transparent)]
-    Contract(#[from] tool_contracts::Error),
-}
-
-fn cart(id: &str) -> Cart {
-    Cart {
-        id: id.to_owned(),
-        items: vec!["book".to_owned()],
-    }
-}
-
-/// Place an order (deduplicated).
-#[mutating_tool(idempotency_key_fields = [user_id, cart.id])]
-pub async fn create_order(user_id: u64, cart: Cart, note: String) -> Result<Order, BenchError> {
-    let _ = note;
-    Ok(Order {
-        order_id: user_id * 10 + 1,
-        cart_id: cart.id,
-        total_cents: 4999,
-    })
-}
-
-async fn call(user_id: u64) {
-    let out = create_order(user_id, cart("c-42"), "gift".into()).await;
-    black_box(out.expect("call"));
-}
+use tool::call;
+use tool_contracts::{with_store, MemoryStore};
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
