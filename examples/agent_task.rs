@@ -40,7 +40,9 @@ fn effect(what: &str, order: u64) -> Result<(), TaskError> {
         .create(true)
         .append(true)
         .open(ledger_path())?;
-    writeln!(f, "{scope} {what} {order}")?;
+    // One `write` per line: `writeln!` would split it into several and a kill between them
+    // would leave half a line.
+    f.write_all(format!("{scope} {what} {order}\n").as_bytes())?;
     Ok(())
 }
 

@@ -43,7 +43,8 @@ pub async fn ship_parcel(order_id: u64) -> Result<String, ShipError> {
         .create(true)
         .append(true)
         .open(ledger())?;
-    writeln!(f, "{order_id} {tracking}")?;
+    // One `write` per line, so a kill never leaves half a line.
+    f.write_all(format!("{order_id} {tracking}\n").as_bytes())?;
     // The slow part after the effect: the window in which a kill leaves the outcome unknown.
     tokio::time::sleep(Duration::from_millis(700)).await;
     Ok(tracking)

@@ -37,21 +37,28 @@ fn ledger_path() -> PathBuf {
     PathBuf::from(std::env::var("TC_FLEET_LEDGER").unwrap_or_default())
 }
 
-/// Appends one line per effect. Lines under PIPE_BUF written with O_APPEND are atomic.
+/// Appends one line per effect with a single `write` (lines under PIPE_BUF written with
+/// O_APPEND do not interleave); `writeln!` would issue one `write` per format piece and let
+/// concurrent processes interleave them.
 fn record_effect(intent: u64) -> Result<(), FleetError> {
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(ledger_path())
         .map_err(|e| FleetError::Ledger(e.to_string()))?;
-    writeln!(f, "{intent} {}", std::process::id()).map_err(|e| FleetError::Ledger(e.to_string()))
+    f.write_all(format!("{intent} {}\n", std::process::id()).as_bytes())
+        .map_err(|e| FleetError::Ledger(e.to_string()))
 }
 
 fn effects(ledger: &Path) -> BTreeMap<u64, usize> {
     let text = std::fs::read_to_string(ledger).unwrap_or_default();
     let mut counts = BTreeMap::new();
     for line in text.lines() {
-        let intent: u64 = line.split(' ').next().unwrap().parse().unwrap();
+        let intent: u64 = line
+            .split(' ')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("malformed ledger line {line:?} in {}", ledger.display()));
         *counts.entry(intent).or_default() += 1;
     }
     counts
