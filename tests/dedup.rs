@@ -202,6 +202,107 @@ async fn a_key_reused_with_another_argument_is_rejected_naming_it() {
     assert_eq!(REUSED_RUNS.load(SeqCst), 1);
 }
 
+static SLOW_REUSED_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+/// Like `reused_order`, slow enough for a second call to arrive while it runs.
+#[mutating_tool(idempotency_key_fields = [user_id], concurrent = "reject")]
+pub async fn slow_reused_order(user_id: u64, note: String) -> Result<String, ShopError> {
+    SLOW_REUSED_RUNS.fetch_add(1, SeqCst);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    Ok(format!("{user_id}/{note}"))
+}
+
+#[tokio::test]
+async fn a_key_reused_while_the_first_call_runs_is_rejected_naming_the_parameter() {
+    // The store answers an in-progress claim with the holder's fingerprint only; the
+    // engine must still name the differing parameter, not give a vague answer.
+    with_store(MemoryStore::new(), async {
+        let (first, second) = tokio::join!(slow_reused_order(5, "a".into()), async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            slow_reused_order(5, "b".into()).await
+        });
+        assert_eq!(first.unwrap(), "5/a");
+        let err = second.unwrap_err().contract();
+        assert!(
+            matches!(err, Error::KeyReused { ref params, .. } if params == &["note"]),
+            "{err}"
+        );
+    })
+    .await;
+    assert_eq!(SLOW_REUSED_RUNS.load(SeqCst), 1);
+}
+
+/// The fingerprint format before one digest per call: `name=<12-byte digest>;...`.
+fn legacy_fingerprint(params: &[(&str, serde_json::Value)]) -> String {
+    use sha2::{Digest, Sha256};
+    params
+        .iter()
+        .map(|(name, value)| {
+            let digest = Sha256::digest(serde_json::to_vec(value).unwrap());
+            let hex: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
+            format!("{name}={hex}")
+        })
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+#[tokio::test]
+async fn a_result_stored_with_the_earlier_fingerprint_format_still_replays() {
+    use tool_contracts::store::{ClaimOutcome, ClaimRequest, Completion};
+    // A record written by an earlier release (per-parameter fingerprint) must replay after
+    // an upgrade, not be mistaken for a key reused with other arguments.
+    let key = registry()
+        .get("reused_order")
+        .unwrap()
+        .key(&json!({"user_id": 77, "cart": {"id": "c", "items": ["book"]}, "note": "n"}))
+        .unwrap()
+        .unwrap();
+    // Values whose serde_json text is already canonical, so `to_vec` gives the JCS bytes.
+    let params = |note: &str| {
+        [
+            ("user_id", json!(77)),
+            ("cart", json!({"id": "c", "items": ["book"]})),
+            ("note", json!(note)),
+        ]
+    };
+    let store = Arc::new(MemoryStore::new());
+    let fingerprint = legacy_fingerprint(&params("n"));
+    let req = ClaimRequest {
+        key: &key,
+        tool: "reused_order",
+        scope: None,
+        fingerprint: &fingerprint,
+        args: r#"{"user_id":77,"cart":{"id":"c","items":["book"]},"note":"n"}"#,
+        lease: Duration::from_secs(30),
+        ttl: Duration::from_secs(60),
+        worker: "earlier-release",
+    };
+    let ClaimOutcome::Acquired { token } = store.claim(req).await.unwrap() else {
+        panic!("fresh key");
+    };
+    let stored = Completion {
+        result: "\"stored/n\"",
+        is_error: false,
+        ttl: Duration::from_secs(60),
+    };
+    store.complete(&key, token, stored).await.unwrap();
+    let runs = REUSED_RUNS.load(SeqCst);
+    let replayed = with_store(Arc::clone(&store), reused_order(77, cart("c"), "n".into()))
+        .await
+        .unwrap();
+    assert_eq!(replayed, "stored/n");
+    // Another note against the legacy record is still a reused key, naming `note`.
+    let err = with_store(Arc::clone(&store), reused_order(77, cart("c"), "x".into()))
+        .await
+        .unwrap_err()
+        .contract();
+    assert!(
+        matches!(err, Error::KeyReused { ref params, .. } if params == &["note"]),
+        "{err}"
+    );
+    assert_eq!(REUSED_RUNS.load(SeqCst), runs, "nothing ran");
+}
+
 static SHARED_RUNS: AtomicUsize = AtomicUsize::new(0);
 static SEEN_KEY: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
 
@@ -688,6 +789,7 @@ async fn the_registry_holds_exactly_the_declared_tools_in_name_order() {
         "scoped_tool",
         "sequential_order",
         "shared_order",
+        "slow_reused_order",
     ];
     expected.sort();
     assert_eq!(names, expected);

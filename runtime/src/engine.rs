@@ -22,7 +22,7 @@ pub struct Call {
     spec: &'static ToolSpec,
     key: Arc<str>,
     scope: Option<Arc<str>>,
-    /// `name=digest;…` over every JSON argument, in declaration order.
+    /// [`FINGERPRINT_PREFIX`] and a truncated SHA-256 of `args`.
     fingerprint: String,
     /// The JSON arguments, kept in the store for reconciliation.
     args: String,
@@ -34,10 +34,13 @@ pub struct CallBuilder {
     spec: &'static ToolSpec,
     key: KeyBuilder,
     error: Option<Error>,
-    fingerprint: String,
     args: Vec<u8>,
-    scratch: Vec<u8>,
 }
+
+/// Marks the fingerprint format: one truncated SHA-256 of the canonical arguments document.
+/// Parameter names never contain `:`, so a fingerprint without it is the earlier
+/// per-parameter format (`name=digest;…`), still recognised for records stored before.
+const FINGERPRINT_PREFIX: &str = "a1:";
 
 impl CallBuilder {
     /// Starts a call of `spec` in the current scope.
@@ -48,9 +51,7 @@ impl CallBuilder {
             spec,
             key: KeyBuilder::new(key::TOOL_KEY_CONTRACT),
             error: None,
-            fingerprint: String::new(),
             args,
-            scratch: Vec::new(),
         }
     }
 
@@ -64,35 +65,27 @@ impl CallBuilder {
         }
     }
 
-    /// Adds a JSON argument: part of the fingerprint and of the stored arguments.
+    /// Adds a JSON argument: part of the stored arguments, which the fingerprint hashes.
     pub fn arg<T: ?Sized + Serialize>(&mut self, name: &'static str, value: &T) {
         if self.error.is_some() {
             return;
         }
-        self.scratch.clear();
-        if let Err(e) = key::write_canonical(value, &mut self.scratch) {
-            self.error = Some(Error::InvalidArguments {
-                tool: self.spec.name.to_owned(),
-                field: Some(name.to_owned()),
-                message: format!("the value cannot be written as JSON: {e}"),
-            });
-            return;
-        }
-        let digest = Sha256::digest(&self.scratch);
-        if !self.fingerprint.is_empty() {
-            self.fingerprint.push(';');
-        }
-        self.fingerprint.push_str(name);
-        self.fingerprint.push('=');
-        push_hex(&mut self.fingerprint, &digest[..12]);
-        if self.args.len() > 1 {
+        let start = self.args.len();
+        if start > 1 {
             self.args.push(b',');
         }
         // Parameter names are Rust identifiers: no escaping needed.
         self.args.push(b'"');
         self.args.extend_from_slice(name.as_bytes());
         self.args.extend_from_slice(b"\":");
-        self.args.extend_from_slice(&self.scratch);
+        if let Err(e) = key::write_canonical(value, &mut self.args) {
+            self.args.truncate(start);
+            self.error = Some(Error::InvalidArguments {
+                tool: self.spec.name.to_owned(),
+                field: Some(name.to_owned()),
+                message: format!("the value cannot be written as JSON: {e}"),
+            });
+        }
     }
 
     fn scope(&self) -> Result<Option<Arc<str>>, Error> {
@@ -137,7 +130,7 @@ impl CallBuilder {
             spec,
             key: Arc::from(key),
             scope,
-            fingerprint: self.fingerprint,
+            fingerprint: fingerprint(&args),
             args,
         })
     }
@@ -163,6 +156,62 @@ fn key_field_error(spec: &ToolSpec, e: KeyFieldError) -> Error {
             message: other.to_string(),
         },
     }
+}
+
+/// What identifies a call's arguments: one digest of the whole canonical document (one
+/// SHA-256 per call whatever the number of parameters; which parameters differ is worked
+/// out from the stored arguments only when the digests differ).
+fn fingerprint(args: &str) -> String {
+    let digest = Sha256::digest(args.as_bytes());
+    let mut out = String::with_capacity(FINGERPRINT_PREFIX.len() + 32);
+    out.push_str(FINGERPRINT_PREFIX);
+    push_hex(&mut out, &digest[..16]);
+    out
+}
+
+/// The fingerprint format before [`FINGERPRINT_PREFIX`]: `name=<12-byte digest>` per
+/// parameter, joined by `;`. `None` if `args` is not an object (it always is).
+fn legacy_fingerprint(args: &str) -> Option<String> {
+    let map: serde_json::Map<String, serde_json::Value> = serde_json::from_str(args).ok()?;
+    let mut out = String::new();
+    let mut scratch = Vec::new();
+    // `args` lists parameters in declaration order and serde_json's map keeps them sorted,
+    // so walk the document's own order through the raw names.
+    for name in arg_names(args)? {
+        let value = map.get(&name)?;
+        scratch.clear();
+        key::write_canonical(value, &mut scratch).ok()?;
+        if !out.is_empty() {
+            out.push(';');
+        }
+        out.push_str(&name);
+        out.push('=');
+        push_hex(&mut out, &Sha256::digest(&scratch)[..12]);
+    }
+    Some(out)
+}
+
+/// The parameter names of an arguments document, in its order.
+fn arg_names(args: &str) -> Option<Vec<String>> {
+    struct Names(Vec<String>);
+    impl<'de> serde::de::Visitor<'de> for Names {
+        type Value = Vec<String>;
+        fn expecting(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+            f.write_str("an arguments object")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            mut self,
+            mut map: A,
+        ) -> Result<Self::Value, A::Error> {
+            while let Some(name) = map.next_key::<String>()? {
+                map.next_value::<serde::de::IgnoredAny>()?;
+                self.0.push(name);
+            }
+            Ok(self.0)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_str(args);
+    serde::Deserializer::deserialize_map(&mut de, Names(Vec::new())).ok()
 }
 
 fn push_hex(out: &mut String, bytes: &[u8]) {
@@ -195,14 +244,21 @@ impl Call {
         }
     }
 
-    /// Compares the fingerprint of the call that holds the key with ours.
-    fn check_fingerprint(&self, theirs: &str) -> Result<(), Error> {
-        if theirs == self.fingerprint || self.spec.payload_mismatch == Mismatch::Replay {
-            return Ok(());
-        }
-        let params = differing_params(&self.fingerprint, theirs);
+    /// Whether a call whose arguments have fingerprint `theirs` may share our key: the
+    /// same arguments, or `payload_mismatch = "replay"`.
+    fn accepts(&self, theirs: &str) -> bool {
+        theirs == self.fingerprint
+            || self.spec.payload_mismatch == Mismatch::Replay
+            || (!theirs.contains(':')
+                && legacy_fingerprint(&self.args).is_some_and(|ours| ours == theirs))
+    }
+
+    /// The key was used with other arguments, stored as `their_args` (if they could be
+    /// read): name the parameters that differ.
+    fn key_reused(&self, their_args: Option<&str>) -> Error {
+        let params = differing_params(&self.args, their_args);
         tracing::info!(tool = self.spec.name, key = %self.key, decision = "rejected", reason = "key_reused", "tool-contracts: key reused with other arguments");
-        Err(Error::KeyReused {
+        Error::KeyReused {
             tool: self.spec.name.to_owned(),
             key: self.key.to_string(),
             params,
@@ -212,34 +268,34 @@ impl Call {
                 .iter()
                 .map(|f| (*f).to_owned())
                 .collect(),
-        })
+        }
     }
 }
 
-fn differing_params(ours: &str, theirs: &str) -> Vec<String> {
-    let parse = |s: &str| -> Vec<(String, String)> {
-        s.split(';')
-            .filter(|p| !p.is_empty())
-            .map(|p| match p.split_once('=') {
-                Some((n, d)) => (n.to_owned(), d.to_owned()),
-                None => (p.to_owned(), String::new()),
-            })
-            .collect()
+/// The parameters whose values differ between two arguments documents, ours in
+/// declaration order, then those only the first call had.
+fn differing_params(ours: &str, theirs: Option<&str>) -> Vec<String> {
+    type Args = serde_json::Map<String, serde_json::Value>;
+    let parsed = |doc: &str| serde_json::from_str::<Args>(doc).ok();
+    let (Some(our_map), Some(their_map), Some(order)) =
+        (parsed(ours), theirs.and_then(parsed), arg_names(ours))
+    else {
+        // Only on a store that lost the record between two reads, or arguments nested
+        // deeper than serde_json parses: say so rather than guess.
+        return vec!["(the first call's arguments could not be read back to compare)".to_owned()];
     };
-    let (ours, theirs) = (parse(ours), parse(theirs));
-    let mut names: Vec<String> = Vec::new();
-    for (name, digest) in &ours {
-        if theirs.iter().find(|(n, _)| n == name).map(|(_, d)| d) != Some(digest) {
-            names.push(name.clone());
-        }
-    }
-    for (name, _) in &theirs {
-        if !ours.iter().any(|(n, _)| n == name) {
-            names.push(name.clone());
-        }
-    }
+    let mut names: Vec<String> = order
+        .into_iter()
+        .filter(|name| our_map.get(name) != their_map.get(name))
+        .collect();
+    names.extend(
+        their_map
+            .keys()
+            .filter(|name| !our_map.contains_key(*name))
+            .cloned(),
+    );
     if names.is_empty() {
-        // Same parameters, different encoding: say so rather than name nothing.
+        // Same values, different bytes (an encoder change): say so rather than name nothing.
         names.push("(the argument encoding)".to_owned());
     }
     names
@@ -453,8 +509,8 @@ where
             }
             Ok(ClaimOutcome::Acquired { token }) => break token,
             Ok(ClaimOutcome::Completed(record)) => {
-                if let Err(e) = call.check_fingerprint(&record.fingerprint) {
-                    return Err(fail(e));
+                if !call.accepts(&record.fingerprint) {
+                    return Err(fail(call.key_reused(Some(&record.args))));
                 }
                 let crate::store::RecordState::Completed {
                     result, is_error, ..
@@ -475,8 +531,13 @@ where
                 fingerprint,
                 lease_remaining,
             }) => {
-                if let Err(e) = call.check_fingerprint(&fingerprint) {
-                    return Err(fail(e));
+                if !call.accepts(&fingerprint) {
+                    // Only the fingerprint came back: read the holder's arguments to name
+                    // what differs (this path is rare, and the lookup cannot change state).
+                    let theirs = store.lookup(&call.key).await.ok().flatten();
+                    return Err(fail(
+                        call.key_reused(theirs.as_ref().map(|r| r.args.as_str())),
+                    ));
                 }
                 if spec.concurrent == Concurrent::Reject {
                     tracing::info!(tool = spec.name, key = %call.key, decision = "rejected", reason = "in_progress", "tool-contracts: duplicate while in progress");
@@ -495,8 +556,13 @@ where
                 outcome = store.claim(call.request()).await;
             }
             Ok(ClaimOutcome::Abandoned { token, fingerprint }) => {
-                if let Err(e) = call.check_fingerprint(&fingerprint) {
-                    return Err(fail(e));
+                if !call.accepts(&fingerprint) {
+                    // Only the fingerprint came back: read the holder's arguments to name
+                    // what differs (this path is rare, and the lookup cannot change state).
+                    let theirs = store.lookup(&call.key).await.ok().flatten();
+                    return Err(fail(
+                        call.key_reused(theirs.as_ref().map(|r| r.args.as_str())),
+                    ));
                 }
                 if has_verify {
                     tracing::info!(tool = spec.name, key = %call.key, decision = "reconciling", "tool-contracts: an earlier call was abandoned; taking it over to verify its effect");
