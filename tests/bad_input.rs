@@ -417,7 +417,7 @@ impl BrokenStore {
                 "record {}: state column holds \"garbage\"",
                 req.key
             ))),
-            Breakage::CompletedWithoutResult => Ok(ClaimOutcome::Completed(Record {
+            Breakage::CompletedWithoutResult => Ok(ClaimOutcome::Completed(Arc::new(Record {
                 key: req.key.to_owned(),
                 tool: req.tool.to_owned(),
                 scope: None,
@@ -429,7 +429,7 @@ impl BrokenStore {
                 },
                 created_at: std::time::SystemTime::now(),
                 expires_at: std::time::SystemTime::now(),
-            })),
+            }))),
         }
     }
 }

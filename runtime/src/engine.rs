@@ -45,7 +45,8 @@ const FINGERPRINT_PREFIX: &str = "a1:";
 impl CallBuilder {
     /// Starts a call of `spec` in the current scope.
     pub fn new(spec: &'static ToolSpec) -> Self {
-        let mut args = Vec::with_capacity(64);
+        // Room for a typical call's arguments, so the document is not reallocated.
+        let mut args = Vec::with_capacity(256);
         args.push(b'{');
         Self {
             spec,
@@ -514,7 +515,7 @@ where
                 }
                 let crate::store::RecordState::Completed {
                     result, is_error, ..
-                } = record.state
+                } = &record.state
                 else {
                     return Err(fail(call.store_error(StoreError::Corrupt(
                         "a completed claim without a result".to_owned(),
@@ -522,7 +523,7 @@ where
                 };
                 tracing::debug!(tool = spec.name, key = %call.key, decision = "replayed", "tool-contracts: replayed stored result");
                 report(&slot, |r| r.replayed = true);
-                return replay(&call, &ops, &result, is_error).map_err(|e| match e {
+                return replay(&call, &ops, result, *is_error).map_err(|e| match e {
                     Replayed::Contract(e) => fail(e),
                     Replayed::Tool(e) => e,
                 });

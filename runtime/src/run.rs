@@ -298,8 +298,8 @@ impl Run {
                 ClaimOutcome::Acquired { token } => break (RunStatus::Started, Some(token)),
                 ClaimOutcome::InProgress { .. } => break (RunStatus::Running, None),
                 ClaimOutcome::Completed(rec) => {
-                    let result = match rec.state {
-                        RecordState::Completed { result, .. } => serde_json::from_str(&result)
+                    let result = match &rec.state {
+                        RecordState::Completed { result, .. } => serde_json::from_str(result)
                             .map_err(|e| Error::Codec {
                                 tool: name.to_owned(),
                                 key: key.clone(),
@@ -433,13 +433,13 @@ impl Run {
             match outcome {
                 ClaimOutcome::Acquired { token } => break token,
                 ClaimOutcome::Completed(rec) => {
-                    let RecordState::Completed { result, .. } = rec.state else {
+                    let RecordState::Completed { result, .. } = &rec.state else {
                         return Err(fail(StoreError::Corrupt(
                             "completed step without result".into(),
                         )));
                     };
                     tracing::debug!(run = %self.shared.name, step = name, key = %step_key, decision = "replayed", "tool-contracts: step replayed from the journal");
-                    return serde_json::from_str(&result).map_err(|e| {
+                    return serde_json::from_str(result).map_err(|e| {
                         E::from(Error::Codec {
                             tool: label.clone(),
                             key: step_key.clone(),
@@ -725,7 +725,7 @@ impl Shared {
                         run: self.name.clone(),
                         key: self.key.to_string(),
                         position,
-                        recorded: rec.fingerprint,
+                        recorded: rec.fingerprint.clone(),
                         requested,
                     })
                 }

@@ -3,6 +3,8 @@
 
 use core::time::Duration;
 use std::collections::HashMap;
+
+use hashbrown::HashTable;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -33,37 +35,122 @@ pub struct MemoryStore {
 
 #[derive(Default)]
 struct Shard {
-    records: HashMap<Box<str>, Entry>,
-    /// Kept apart from records: a released key has no record but keeps its history.
-    history: HashMap<Box<str>, Vec<HistoryEvent>>,
+    records: Records,
+    /// History of released keys (which have no record), until the next purge or until the
+    /// key is claimed again and its history moves back into the entry.
+    released: HashMap<Box<str>, Vec<Event>>,
+    /// The last worker id seen. One process claims under one id, so its events share one
+    /// allocation instead of a copy each.
+    worker: Option<Arc<str>>,
+}
+
+/// One shard's records, keyed by the key inside each record (a `HashMap` would hold a
+/// second copy of every key). Each entry keeps its key's hash: probes compare it before
+/// touching the record, and growing the table never hashes again.
+#[derive(Default)]
+struct Records(HashTable<Entry>);
+
+impl Records {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn get(&self, hash: u64, key: &str) -> Option<&Entry> {
+        self.0.find(hash, |e| e.hash == hash && e.record.key == key)
+    }
+
+    fn get_mut(&mut self, hash: u64, key: &str) -> Option<&mut Entry> {
+        self.0
+            .find_mut(hash, |e| e.hash == hash && e.record.key == key)
+    }
+
+    /// Inserts `entry`, replacing the entry of the same key if there is one.
+    fn insert(&mut self, entry: Entry) {
+        let hash = entry.hash;
+        match self.0.entry(
+            hash,
+            |e| e.hash == hash && e.record.key == entry.record.key,
+            |e| e.hash,
+        ) {
+            hashbrown::hash_table::Entry::Occupied(mut slot) => *slot.get_mut() = entry,
+            hashbrown::hash_table::Entry::Vacant(slot) => {
+                slot.insert(entry);
+            }
+        }
+    }
+
+    fn remove(&mut self, hash: u64, key: &str) -> Option<Entry> {
+        self.0
+            .find_entry(hash, |e| e.hash == hash && e.record.key == key)
+            .ok()
+            .map(|slot| slot.remove().0)
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Entry> {
+        self.0.iter()
+    }
+
+    fn retain(&mut self, keep: impl FnMut(&mut Entry) -> bool) {
+        self.0.retain(keep);
+    }
 }
 
 impl Shard {
-    fn log(&mut self, key: &str, kind: HistoryKind, token: u64, worker: &str) {
-        let event = HistoryEvent {
-            at: SystemTime::now(),
-            kind,
-            token,
-            worker: worker.to_owned(),
-        };
-        match self.history.get_mut(key) {
-            Some(events) => events.push(event),
-            None => {
-                self.history.insert(key.into(), vec![event]);
+    fn worker(&mut self, worker: &str) -> Arc<str> {
+        match &self.worker {
+            Some(w) if **w == *worker => Arc::clone(w),
+            _ => {
+                let w: Arc<str> = Arc::from(worker);
+                self.worker = Some(Arc::clone(&w));
+                w
             }
         }
     }
 }
 
+/// A history event, stored compactly (the worker id is shared).
+#[derive(Clone)]
+struct Event {
+    at: SystemTime,
+    kind: HistoryKind,
+    token: u64,
+    worker: Arc<str>,
+}
+
+impl Event {
+    fn new(kind: HistoryKind, token: u64, worker: Arc<str>) -> Self {
+        Self {
+            at: SystemTime::now(),
+            kind,
+            token,
+            worker,
+        }
+    }
+
+    fn public(&self) -> HistoryEvent {
+        HistoryEvent {
+            at: self.at,
+            kind: self.kind,
+            token: self.token,
+            worker: self.worker.to_string(),
+        }
+    }
+}
+
 struct Entry {
-    tool: Box<str>,
-    worker: Box<str>,
-    scope: Option<Box<str>>,
-    fingerprint: Box<str>,
-    args: Box<str>,
+    /// The hash of `record.key` under the store's hasher.
+    hash: u64,
+    /// The record as `lookup` reports it. Shared, so a replay hands out a reference count
+    /// instead of copying the key, arguments and result. Its state and times are
+    /// authoritative once completed; while in progress they are refreshed from the fields
+    /// below on every read (renewals move the lease).
+    record: Arc<Record>,
+    /// The worker that claimed the key (its events are logged under it).
+    worker: Arc<str>,
     state: State,
     created_at: Instant,
     expires_at: Instant,
+    history: Vec<Event>,
 }
 
 enum State {
@@ -72,11 +159,7 @@ enum State {
         lease_until: Instant,
         notify: Arc<Notify>,
     },
-    Completed {
-        result: Box<str>,
-        is_error: bool,
-        completed_at: Instant,
-    },
+    Completed,
 }
 
 impl Default for MemoryStore {
@@ -113,30 +196,61 @@ impl MemoryStore {
         self.len() == 0
     }
 
-    fn shard(&self, key: &str) -> MutexGuard<'_, Shard> {
-        let index = (self.hasher.hash_one(key) as usize) % SHARDS;
-        lock(&self.shards[index])
+    /// The key's hash and its shard, locked. The shard comes from bits 32 to 35 of the
+    /// hash: the table inside uses the low bits for buckets and the top seven as tags, so
+    /// taking either for the shard would leave every key of a shard alike in them.
+    fn shard(&self, key: &str) -> (u64, MutexGuard<'_, Shard>) {
+        let hash = self.hasher.hash_one(key);
+        let index = ((hash >> 32) as usize) % SHARDS;
+        (hash, lock(&self.shards[index]))
     }
 
     fn token(&self) -> u64 {
         self.next_token.fetch_add(1, Ordering::Relaxed)
     }
 
-    fn fresh(&self, req: &ClaimRequest<'_>, now: Instant) -> (u64, Entry) {
+    /// A new in-progress entry for `req`, its claim logged as `kind`; `history` is what
+    /// the key had before (a released or taken-over key keeps its earlier events).
+    fn fresh(
+        &self,
+        shard: &mut Shard,
+        hash: u64,
+        req: &ClaimRequest<'_>,
+        now: Instant,
+        kind: HistoryKind,
+        mut history: Vec<Event>,
+    ) -> (u64, Entry) {
         let token = self.token();
+        let sys_now = SystemTime::now();
+        let lease_until = now + req.lease;
+        let expires_at = now + req.ttl.max(req.lease);
+        let worker = shard.worker(req.worker);
+        history.push(Event::new(kind, token, Arc::clone(&worker)));
+        let record = Record {
+            key: req.key.to_owned(),
+            tool: req.tool.to_owned(),
+            scope: req.scope.map(str::to_owned),
+            fingerprint: req.fingerprint.to_owned(),
+            args: req.args.to_owned(),
+            state: RecordState::InProgress {
+                token,
+                lease_expires_at: to_system(lease_until, now, sys_now),
+            },
+            created_at: sys_now,
+            expires_at: to_system(expires_at, now, sys_now),
+        };
         let entry = Entry {
-            tool: req.tool.into(),
-            worker: req.worker.into(),
-            scope: req.scope.map(Into::into),
-            fingerprint: req.fingerprint.into(),
-            args: req.args.into(),
+            hash,
+            record: Arc::new(record),
+            worker,
             state: State::InProgress {
                 token,
-                lease_until: now + req.lease,
+                lease_until,
                 notify: Arc::new(Notify::new()),
             },
             created_at: now,
-            expires_at: now + req.ttl.max(req.lease),
+            expires_at,
+            history,
         };
         (token, entry)
     }
@@ -165,60 +279,66 @@ fn wake(state: &State) {
 }
 
 impl Entry {
-    fn outcome(&self, key: &str, now: Instant) -> ClaimOutcome {
+    fn outcome(&self, now: Instant) -> ClaimOutcome {
         match &self.state {
             State::InProgress {
                 token, lease_until, ..
             } => {
                 if *lease_until > now {
                     ClaimOutcome::InProgress {
-                        fingerprint: self.fingerprint.to_string(),
+                        fingerprint: self.record.fingerprint.clone(),
                         lease_remaining: *lease_until - now,
                     }
                 } else {
                     ClaimOutcome::Abandoned {
                         token: *token,
-                        fingerprint: self.fingerprint.to_string(),
+                        fingerprint: self.record.fingerprint.clone(),
                     }
                 }
             }
-            State::Completed { .. } => ClaimOutcome::Completed(self.record(key, now)),
+            State::Completed => ClaimOutcome::Completed(Arc::clone(&self.record)),
         }
     }
 
-    fn record(&self, key: &str, now: Instant) -> Record {
-        let sys_now = SystemTime::now();
-        let state = match &self.state {
-            State::InProgress {
-                token, lease_until, ..
-            } => RecordState::InProgress {
+    fn record(&self, now: Instant) -> Record {
+        let mut record = Record::clone(&self.record);
+        if let State::InProgress {
+            token, lease_until, ..
+        } = &self.state
+        {
+            let sys_now = SystemTime::now();
+            record.state = RecordState::InProgress {
                 token: *token,
                 lease_expires_at: to_system(*lease_until, now, sys_now),
-            },
-            State::Completed {
-                result,
-                is_error,
-                completed_at,
-            } => RecordState::Completed {
-                result: result.to_string(),
-                is_error: *is_error,
-                completed_at: to_system(*completed_at, now, sys_now),
-            },
-        };
-        Record {
-            key: key.to_owned(),
-            tool: self.tool.to_string(),
-            scope: self.scope.as_deref().map(str::to_owned),
-            fingerprint: self.fingerprint.to_string(),
-            args: self.args.to_string(),
-            state,
-            created_at: to_system(self.created_at, now, sys_now),
-            expires_at: to_system(self.expires_at, now, sys_now),
+            };
+            record.expires_at = to_system(self.expires_at, now, sys_now);
         }
+        record
     }
 
     fn holds(&self, token: u64) -> bool {
         matches!(self.state, State::InProgress { token: t, .. } if t == token)
+    }
+
+    /// Completes the entry with `result`, waking whoever waits for it.
+    fn complete(&mut self, result: &str, is_error: bool, ttl: Duration, now: Instant) {
+        let sys_now = SystemTime::now();
+        let old = core::mem::replace(&mut self.state, State::Completed);
+        wake(&old);
+        self.expires_at = now + ttl;
+        // Not shared while in progress (only completed records are handed out), so this
+        // updates in place.
+        let record = Arc::make_mut(&mut self.record);
+        record.state = RecordState::Completed {
+            result: result.to_owned(),
+            is_error,
+            completed_at: sys_now,
+        };
+        record.expires_at = sys_now + ttl;
+    }
+
+    fn log(&mut self, kind: HistoryKind, token: u64, worker: Arc<str>) {
+        self.history.push(Event::new(kind, token, worker));
     }
 }
 
@@ -226,17 +346,21 @@ impl Entry {
 impl Store for MemoryStore {
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         let now = Instant::now();
-        let mut shard = self.shard(req.key);
-        if let Some(entry) = shard.records.get(req.key) {
-            let expired_result =
-                matches!(entry.state, State::Completed { .. }) && entry.expires_at <= now;
-            if !expired_result {
-                return Ok(entry.outcome(req.key, now));
+        let (hash, mut guard) = self.shard(req.key);
+        let shard = &mut *guard;
+        // An expired result counts as absent; its history carries on into the new claim.
+        let history = match shard.records.get_mut(hash, req.key) {
+            Some(entry) => {
+                let expired = matches!(entry.state, State::Completed) && entry.expires_at <= now;
+                if !expired {
+                    return Ok(entry.outcome(now));
+                }
+                core::mem::take(&mut entry.history)
             }
-        }
-        let (token, entry) = self.fresh(&req, now);
-        shard.records.insert(req.key.into(), entry);
-        shard.log(req.key, HistoryKind::Claimed, token, req.worker);
+            None => shard.released.remove(req.key).unwrap_or_default(),
+        };
+        let (token, entry) = self.fresh(shard, hash, &req, now, HistoryKind::Claimed, history);
+        shard.records.insert(entry);
         Ok(ClaimOutcome::Acquired { token })
     }
 
@@ -246,27 +370,35 @@ impl Store for MemoryStore {
         stale_token: u64,
     ) -> Result<ClaimOutcome, StoreError> {
         let now = Instant::now();
-        let mut shard = self.shard(req.key);
-        let abandoned = match shard.records.get(req.key) {
-            Some(entry) => match entry.outcome(req.key, now) {
-                ClaimOutcome::Abandoned { token, .. } if token == stale_token => true,
-                ClaimOutcome::Completed(_) if entry.expires_at <= now => true,
-                other => return Ok(other),
-            },
-            None => true,
-        };
-        debug_assert!(abandoned);
-        let (token, mut entry) = self.fresh(&req, now);
-        let kind = match shard.records.get(req.key) {
-            Some(old) => {
-                entry.created_at = old.created_at;
-                wake(&old.state);
-                HistoryKind::TakenOver
+        let (hash, mut guard) = self.shard(req.key);
+        let shard = &mut *guard;
+        let (kind, history, created_at) = match shard.records.get_mut(hash, req.key) {
+            Some(entry) => {
+                let stale = match entry.outcome(now) {
+                    ClaimOutcome::Abandoned { token, .. } => token == stale_token,
+                    ClaimOutcome::Completed(_) => entry.expires_at <= now,
+                    _ => false,
+                };
+                if !stale {
+                    return Ok(entry.outcome(now));
+                }
+                wake(&entry.state);
+                let history = core::mem::take(&mut entry.history);
+                (HistoryKind::TakenOver, history, Some(entry.created_at))
             }
-            None => HistoryKind::Claimed,
+            None => (
+                HistoryKind::Claimed,
+                shard.released.remove(req.key).unwrap_or_default(),
+                None,
+            ),
         };
-        shard.records.insert(req.key.into(), entry);
-        shard.log(req.key, kind, token, req.worker);
+        let (token, mut entry) = self.fresh(shard, hash, &req, now, kind, history);
+        if let Some(created_at) = created_at {
+            let sys_now = SystemTime::now();
+            entry.created_at = created_at;
+            Arc::make_mut(&mut entry.record).created_at = to_system(created_at, now, sys_now);
+        }
+        shard.records.insert(entry);
         Ok(ClaimOutcome::Acquired { token })
     }
 
@@ -277,21 +409,12 @@ impl Store for MemoryStore {
         completion: Completion<'_>,
     ) -> Result<(), StoreError> {
         let now = Instant::now();
-        let mut shard = self.shard(key);
-        match shard.records.get_mut(key) {
+        let (hash, mut shard) = self.shard(key);
+        match shard.records.get_mut(hash, key) {
             Some(entry) if entry.holds(token) => {
-                let old = core::mem::replace(
-                    &mut entry.state,
-                    State::Completed {
-                        result: completion.result.into(),
-                        is_error: completion.is_error,
-                        completed_at: now,
-                    },
-                );
-                entry.expires_at = now + completion.ttl;
-                wake(&old);
-                let worker = entry.worker.clone();
-                shard.log(key, HistoryKind::Completed, token, &worker);
+                entry.complete(completion.result, completion.is_error, completion.ttl, now);
+                let worker = Arc::clone(&entry.worker);
+                entry.log(HistoryKind::Completed, token, worker);
                 Ok(())
             }
             _ => Err(StoreError::LeaseLost { token }),
@@ -299,12 +422,14 @@ impl Store for MemoryStore {
     }
 
     async fn release(&self, key: &str, token: u64) -> Result<(), StoreError> {
-        let mut shard = self.shard(key);
-        match shard.records.get(key) {
+        let (hash, mut guard) = self.shard(key);
+        let shard = &mut *guard;
+        match shard.records.get(hash, key) {
             Some(entry) if entry.holds(token) => {
-                if let Some(old) = shard.records.remove(key) {
+                if let Some(mut old) = shard.records.remove(hash, key) {
                     wake(&old.state);
-                    shard.log(key, HistoryKind::Released, token, &old.worker);
+                    old.log(HistoryKind::Released, token, Arc::clone(&old.worker));
+                    shard.released.insert(key.into(), old.history);
                 }
                 Ok(())
             }
@@ -314,22 +439,20 @@ impl Store for MemoryStore {
 
     async fn abandon(&self, key: &str, token: u64) -> Result<(), StoreError> {
         let now = Instant::now();
-        let mut shard = self.shard(key);
-        match shard.records.get_mut(key) {
-            Some(Entry {
-                state:
-                    State::InProgress {
-                        token: t,
-                        lease_until,
-                        notify,
-                    },
-                worker,
-                ..
-            }) if *t == token => {
+        let (hash, mut shard) = self.shard(key);
+        let Some(entry) = shard.records.get_mut(hash, key) else {
+            return Err(StoreError::LeaseLost { token });
+        };
+        match &mut entry.state {
+            State::InProgress {
+                token: t,
+                lease_until,
+                notify,
+            } if *t == token => {
                 *lease_until = now;
                 notify.notify_waiters();
-                let worker = worker.clone();
-                shard.log(key, HistoryKind::Abandoned, token, &worker);
+                let worker = Arc::clone(&entry.worker);
+                entry.log(HistoryKind::Abandoned, token, worker);
                 Ok(())
             }
             _ => Err(StoreError::LeaseLost { token }),
@@ -338,8 +461,8 @@ impl Store for MemoryStore {
 
     async fn renew(&self, key: &str, token: u64, lease: Duration) -> Result<(), StoreError> {
         let now = Instant::now();
-        let mut shard = self.shard(key);
-        match shard.records.get_mut(key) {
+        let (hash, mut shard) = self.shard(key);
+        match shard.records.get_mut(hash, key) {
             Some(Entry {
                 state:
                     State::InProgress {
@@ -362,7 +485,8 @@ impl Store for MemoryStore {
 
     async fn lookup(&self, key: &str) -> Result<Option<Record>, StoreError> {
         let now = Instant::now();
-        Ok(self.shard(key).records.get(key).map(|e| e.record(key, now)))
+        let (hash, shard) = self.shard(key);
+        Ok(shard.records.get(hash, key).map(|e| e.record(now)))
     }
 
     async fn pending(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
@@ -373,9 +497,9 @@ impl Store for MemoryStore {
             pending.extend(
                 shard
                     .records
-                    .iter()
-                    .filter(|(_, e)| matches!(e.state, State::InProgress { .. }))
-                    .map(|(k, e)| (e.created_at, e.record(k, now))),
+                    .values()
+                    .filter(|e| matches!(e.state, State::InProgress { .. }))
+                    .map(|e| (e.created_at, e.record(now))),
             );
         }
         pending.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.key.cmp(&b.1.key)));
@@ -391,8 +515,10 @@ impl Store for MemoryStore {
     ) -> Result<(), StoreError> {
         let now = Instant::now();
         let token = self.token();
-        let mut shard = self.shard(key);
-        let Some(entry) = shard.records.get_mut(key) else {
+        let (hash, mut guard) = self.shard(key);
+        let shard = &mut *guard;
+        let worker: Arc<str> = Arc::from(worker);
+        let Some(entry) = shard.records.get_mut(hash, key) else {
             return Err(StoreError::NotPending);
         };
         if !matches!(entry.state, State::InProgress { .. }) {
@@ -400,34 +526,30 @@ impl Store for MemoryStore {
         }
         match resolution {
             Resolution::Complete { result, ttl } => {
-                let old = core::mem::replace(
-                    &mut entry.state,
-                    State::Completed {
-                        result: result.into(),
-                        is_error: false,
-                        completed_at: now,
-                    },
-                );
-                entry.expires_at = now + ttl;
-                wake(&old);
+                entry.complete(result, false, ttl, now);
+                entry.log(kind, token, worker);
             }
             Resolution::Release => {
-                if let Some(old) = shard.records.remove(key) {
+                if let Some(mut old) = shard.records.remove(hash, key) {
                     wake(&old.state);
+                    old.log(kind, token, worker);
+                    shard.released.insert(key.into(), old.history);
                 }
             }
         }
-        shard.log(key, kind, token, worker);
         Ok(())
     }
 
     async fn history(&self, key: &str) -> Result<Vec<HistoryEvent>, StoreError> {
-        Ok(self
-            .shard(key)
-            .history
-            .get(key)
-            .cloned()
-            .unwrap_or_default())
+        let (hash, shard) = self.shard(key);
+        let events = match shard.records.get(hash, key) {
+            Some(entry) => &entry.history,
+            None => match shard.released.get(key) {
+                Some(events) => events,
+                None => return Ok(Vec::new()),
+            },
+        };
+        Ok(events.iter().map(Event::public).collect())
     }
 
     async fn purge_expired(&self) -> Result<u64, StoreError> {
@@ -435,8 +557,7 @@ impl Store for MemoryStore {
         let mut purged = 0u64;
         for shard in self.shards.iter() {
             let mut shard = lock(shard);
-            let Shard { records, history } = &mut *shard;
-            records.retain(|_, e| {
+            shard.records.retain(|e| {
                 let keep = e.expires_at > now;
                 if !keep {
                     wake(&e.state);
@@ -444,7 +565,8 @@ impl Store for MemoryStore {
                 }
                 keep
             });
-            history.retain(|k, _| records.contains_key(k));
+            // A released key has no record, so nothing keeps its history past a purge.
+            shard.released.clear();
         }
         Ok(purged)
     }
@@ -453,8 +575,8 @@ impl Store for MemoryStore {
         // Armed while the shard is locked, so a holder finishing right after the caller's
         // last claim cannot wake nobody: either we see it finished, or we get its wake.
         let armed = {
-            let shard = self.shard(key);
-            match shard.records.get(key) {
+            let (hash, shard) = self.shard(key);
+            match shard.records.get(hash, key) {
                 Some(Entry {
                     state: State::InProgress { notify, .. },
                     ..

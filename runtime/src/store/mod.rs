@@ -9,6 +9,7 @@
 //! to a new holder with a higher token, after which the stale holder can do nothing.
 
 use core::time::Duration;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 mod memory;
@@ -82,8 +83,9 @@ pub enum ClaimOutcome {
         /// Fencing token; higher than any token issued before for this key.
         token: u64,
     },
-    /// The key was completed: here is its record.
-    Completed(Record),
+    /// The key was completed: here is its record. Shared, so an in-process store answers
+    /// a replay without copying the record.
+    Completed(Arc<Record>),
     /// Another worker holds the key and its lease is live.
     InProgress {
         /// The holder's argument fingerprint.

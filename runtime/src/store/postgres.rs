@@ -795,7 +795,9 @@ impl PostgresStore {
             let record = record(row)?;
             match record.state {
                 RecordState::Completed { .. } if record.expires_at <= now => continue,
-                RecordState::Completed { .. } => return Ok(ClaimOutcome::Completed(record)),
+                RecordState::Completed { .. } => {
+                    return Ok(ClaimOutcome::Completed(std::sync::Arc::new(record)))
+                }
                 RecordState::InProgress {
                     token,
                     lease_expires_at,

@@ -63,6 +63,7 @@
 //! (scripts that read `TIME` before writing rely on effect replication).
 
 use core::time::Duration;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -891,7 +892,7 @@ fn parse_outcome(key: &str, op: &str, reply: Value) -> Result<ClaimOutcome, Stor
             token: uint(token).ok_or_else(bad)?,
         },
         (b"completed", [fields]) => {
-            ClaimOutcome::Completed(parse_record(key, array(fields).ok_or_else(bad)?)?)
+            ClaimOutcome::Completed(Arc::new(parse_record(key, array(fields).ok_or_else(bad)?)?))
         }
         (b"in_progress", [fingerprint, remaining]) => ClaimOutcome::InProgress {
             fingerprint: text(fingerprint).ok_or_else(|| corrupt_field(key, "fp"))?,

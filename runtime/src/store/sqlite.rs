@@ -485,7 +485,9 @@ impl Row {
                     fingerprint: self.fingerprint,
                 }
             }),
-            RowState::Completed { .. } => Ok(ClaimOutcome::Completed(self.into_record()?)),
+            RowState::Completed { .. } => Ok(ClaimOutcome::Completed(std::sync::Arc::new(
+                self.into_record()?,
+            ))),
         }
     }
 

@@ -218,12 +218,12 @@ pub async fn claim_complete_replay(store: &dyn Store, p: &str) {
                 assert_eq!(rec.scope.as_deref(), Some("tenant-ä"));
                 assert_eq!(rec.fingerprint, "note=abc");
                 assert_eq!(rec.args, r#"{"note":"x"}"#);
-                match rec.state {
+                match &rec.state {
                     RecordState::Completed {
                         result, is_error, ..
                     } => {
                         assert_eq!(result, "false", "a falsy result is stored as itself");
-                        assert!(!is_error);
+                        assert!(!*is_error);
                     }
                     other => panic!("{other:?}"),
                 }
