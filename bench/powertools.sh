@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue item 7: Powertools for AWS Lambda (Python) idempotency on the local Redis, side by
-# side with tool-contracts' stores on the same Redis, same tool, concurrency 1.
+# side with tool-contracts' stores on the same Redis, same tool, concurrency 1, 16 and 64.
 # Usage: bench/powertools.sh [--quick]
 # Needs python3 (with venv), a Redis at TOOL_CONTRACTS_REDIS_URL (default below).
 set -euo pipefail
@@ -16,10 +16,9 @@ fi
     "jmespath==1.1.0" "typing_extensions==4.16.0"
 "$venv/bin/python" "$here/powertools_bench.py" "$@"
 
-# Ours, same Redis, same tool, concurrency 1 (the fleet bench limited to that row), and the
-# in-process stores for reference.
+# Ours, same Redis, same tool, same concurrencies (the fleet bench's Redis rows).
 cd "$here/.."
 quick=()
 for a in "$@"; do [ "$a" = "--quick" ] && quick=(--quick); done
-TOOL_CONTRACTS_POSTGRES_URL= TOOL_CONTRACTS_BENCH_CONCURRENCY=1 \
+TOOL_CONTRACTS_POSTGRES_URL= TOOL_CONTRACTS_BENCH_CONCURRENCY=1,16,64 \
     cargo bench --quiet --features sqlite,redis,postgres --bench fleet_stores -- "${quick[@]}"
