@@ -225,6 +225,9 @@ impl MemoryStore {
         let lease_until = now + req.lease;
         let expires_at = now + req.ttl.max(req.lease);
         let worker = shard.worker(req.worker);
+        // Most keys log exactly two events (claimed, completed); a first push would
+        // otherwise reserve four.
+        history.reserve_exact(2);
         history.push(Event::new(kind, token, Arc::clone(&worker)));
         let record = Record {
             key: req.key.to_owned(),
