@@ -390,7 +390,7 @@ fn bench_postgres(rt: &tokio::runtime::Runtime, mode: Mode, url: &str) {
         rt.block_on(pg_drop_bench_tables(url));
         return;
     }
-    // The default pool is deadpool's (4 x cores = 8 here): at 64, one run with 64.
+    // The default pool opens up to 32 connections: at 64, one run with 64.
     let store = Arc::new(
         rt.block_on(
             PostgresStore::builder(url)

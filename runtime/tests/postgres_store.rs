@@ -427,3 +427,92 @@ async fn claims_that_wait_on_a_concurrent_writer_answer_with_its_write() {
 
     drop_schema(&url, &schema).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tables_of_schema_version_1_are_migrated_with_their_live_claims_and_history() {
+    let Some(url) = url() else { return };
+    let schema = unique_schema("v1");
+    // Build the version-1 layout as an earlier release left it: connect (latest version),
+    // then take version 2's changes back and write rows the way version 1 did.
+    PostgresStore::builder(&url)
+        .schema(&schema)
+        .connect()
+        .await
+        .unwrap();
+    let t = |name: &str| format!("\"{schema}\".\"tool_contracts_{name}\"");
+    let (records, history) = (t("records"), t("history"));
+    raw(&url)
+        .await
+        .batch_execute(&format!(
+            "DROP INDEX \"{schema}\".tool_contracts_records_purge_idx;
+             DROP INDEX \"{schema}\".tool_contracts_records_inflight_idx;
+             ALTER TABLE {records} DROP COLUMN ev_at, DROP COLUMN ev_kind,
+                 DROP COLUMN ev_token, DROP COLUMN ev_worker;
+             CREATE INDEX tool_contracts_records_expires_at_idx ON {records} (expires_at);
+             CREATE INDEX tool_contracts_records_pending_idx
+                 ON {records} (created_at, key) WHERE state = 'in_progress';
+             UPDATE {version} SET version = 1;
+             INSERT INTO {records} (key, tool, fingerprint, args, worker, state, token,
+                 lease_expires_at, created_at, expires_at)
+             VALUES ('live-v1', 'pg_tool', 'fp', '{{}}', 'old-worker', 'in_progress', 7,
+                 clock_timestamp() + interval '30 s', clock_timestamp(),
+                 clock_timestamp() + interval '60 s');
+             INSERT INTO {history} (key, at, kind, token, worker, expires_at)
+             VALUES ('live-v1', clock_timestamp(), 'claimed', 7, 'old-worker',
+                 clock_timestamp() + interval '60 s');",
+            version = t("schema_version"),
+        ))
+        .await
+        .unwrap();
+    // The new release connects: it migrates, and the claim made under version 1 is still
+    // held (fenced by its token), completes, and keeps its earlier event.
+    let store = PostgresStore::builder(&url)
+        .schema(&schema)
+        .connect()
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.claim(req("live-v1")).await.unwrap(),
+        ClaimOutcome::InProgress { .. }
+    ));
+    let completion = tool_contracts_runtime::store::Completion {
+        result: "1",
+        is_error: false,
+        ttl: Duration::from_secs(60),
+    };
+    assert!(matches!(
+        store.complete("live-v1", 8, completion).await,
+        Err(StoreError::LeaseLost { token: 8 })
+    ));
+    store.complete("live-v1", 7, completion).await.unwrap();
+    let kinds: Vec<&str> = store
+        .history("live-v1")
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.kind.as_str())
+        .collect();
+    assert_eq!(kinds, ["claimed", "completed"]);
+    assert!(matches!(
+        store.claim(req("live-v1")).await.unwrap(),
+        ClaimOutcome::Completed(r) if matches!(&r.state,
+            tool_contracts_runtime::store::RecordState::Completed { result, .. } if result == "1")
+    ));
+    let indexes: Vec<String> = raw(&url)
+        .await
+        .query(
+            "SELECT indexname::text FROM pg_indexes WHERE schemaname = $1 ORDER BY 1",
+            &[&schema],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(
+        indexes.contains(&"tool_contracts_records_inflight_idx".to_owned())
+            && !indexes.contains(&"tool_contracts_records_pending_idx".to_owned()),
+        "{indexes:?}"
+    );
+    drop_schema(&url, &schema).await;
+}

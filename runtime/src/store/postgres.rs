@@ -6,7 +6,9 @@
 //! is atomic, and concurrent operations on one key serialize on its row lock and unique
 //! index. A claim is a single statement that either inserts the key, takes over an expired
 //! result (or, for [`Store::takeover`], the exact stale claim), or reads back who holds
-//! it. Completing, releasing, renewing and abandoning are single statements fenced by
+//! it. (A claim first runs a cheaper statement that only inserts an absent key; only if
+//! that finds an expired result does it run the one that reclaims it.) Completing,
+//! releasing, renewing and abandoning are single statements fenced by
 //! `key = $1 AND token = $2 AND state = 'in_progress'`, so a worker whose lease was taken
 //! over can change nothing. Fencing tokens come from one store-wide `SEQUENCE`, so a
 //! token is never reused for a key, even after a release or a purge. Leases and expiry use
@@ -27,11 +29,16 @@
 //!
 //! - `<prefix>records`: one row per key (`key` is the primary key): who claimed it,
 //!   `state` (`in_progress` or `completed`), the holder's `token` and `lease_expires_at`,
-//!   the stored `result`, `created_at` and `expires_at`. Indexed on `expires_at` (purge)
-//!   and, partially, on `(created_at, key) WHERE state = 'in_progress'` (pending).
-//! - `<prefix>history`: the append-only event log, primary key `(key, id)`; each event
-//!   keeps the record's `expires_at` of its time (indexed), so the history of a released
-//!   key is purged once that time passed and no live record holds the key.
+//!   the stored `result`, `created_at` and `expires_at`, and the record's own history
+//!   events as four parallel arrays (`ev_at`, `ev_kind`, `ev_token`, `ev_worker`), so a
+//!   claim or a completion writes one row. Indexed, partially, on `expires_at WHERE
+//!   state = 'completed'` (purge) and `key WHERE state = 'in_progress'` (pending, sorted
+//!   by `created_at` after the index scan, and purge of expired claims).
+//! - `<prefix>history`: the events of released keys (moved there, in order, by the
+//!   release that deletes the record), primary key `(key, id)`; each event keeps the
+//!   record's `expires_at` of its time (indexed), so the history of a released key is
+//!   purged once that time passed and no live record holds the key.
+//!   [`Store::history`] lists these, then the live record's events.
 //! - `<prefix>token_seq`: the fencing-token sequence.
 //! - `<prefix>schema_version`: the version of these tables, for later migrations.
 //!
@@ -61,6 +68,11 @@ use super::{
 
 /// The table-name prefix used unless [`PostgresStoreBuilder::table_prefix`] says otherwise.
 const DEFAULT_TABLE_PREFIX: &str = "tool_contracts_";
+
+/// The pool size unless [`PostgresStoreBuilder::max_connections`] says otherwise: enough
+/// commits in flight for the server to group them at high concurrency, few enough that
+/// three busy processes fit in a default server (`max_connections = 100`).
+const DEFAULT_MAX_CONNECTIONS: usize = 32;
 
 /// Longest accepted prefix: PostgreSQL truncates identifiers at 63 bytes, and the longest
 /// name built from the prefix (`<prefix>history_expires_at_idx`) adds 22.
@@ -92,8 +104,9 @@ const RECORD_COLUMNS: &str = "key, tool, scope, fingerprint, args, worker, state
 /// server's clock; fencing tokens come from one sequence. The store creates its own
 /// tables on [`connect`](Self::connect) (`tool_contracts_records`, `..._history`, ...;
 /// another prefix or schema with [`builder`](Self::builder)). Share it behind an `Arc`:
-/// it holds a connection pool (deadpool-postgres, each connection caching its prepared
-/// statements).
+/// it holds a connection pool (deadpool-postgres, at most 32 connections unless
+/// [`max_connections`](PostgresStoreBuilder::max_connections) says otherwise, each
+/// caching its prepared statements).
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), tool_contracts_runtime::store::StoreError> {
@@ -166,7 +179,12 @@ impl PostgresStoreBuilder {
         self
     }
 
-    /// The most connections the pool opens (default: deadpool's, four per CPU).
+    /// The most connections the pool opens (default 32).
+    ///
+    /// Connections are opened lazily, one per operation in flight, so a process opens
+    /// this many only under that much concurrency. More connections let the server group
+    /// more commits into one WAL flush (a first call is two commits); keep the sum over
+    /// every process of the fleet below the server's `max_connections`.
     pub fn max_connections(mut self, max: usize) -> Self {
         self.max_connections = Some(max.max(1));
         self
@@ -218,14 +236,11 @@ impl PostgresStoreBuilder {
                 recycling_method: RecyclingMethod::Fast,
             },
         );
-        let mut pool = Pool::builder(manager)
+        let pool = Pool::builder(manager)
             .runtime(Runtime::Tokio1)
             .create_timeout(Some(connect_timeout))
-            .recycle_timeout(Some(connect_timeout));
-        if let Some(max) = self.max_connections {
-            pool = pool.max_size(max);
-        }
-        let pool = pool
+            .recycle_timeout(Some(connect_timeout))
+            .max_size(self.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS))
             .build()
             .map_err(|e| unavailable("building the connection pool", &e))?;
         let names = Names::new(schema, prefix);
@@ -297,16 +312,24 @@ impl Names {
     /// Append new ones; never edit a released one.
     fn migrations(&self) -> Vec<String> {
         let Names {
+            schema,
             prefix,
             records,
             history,
             token_seq,
             ..
         } = self;
+        let qualify_index = |name: &str| match schema {
+            Some(schema) => format!("\"{schema}\".\"{prefix}{name}\""),
+            None => format!("\"{prefix}{name}\""),
+        };
+        let old_expires_idx = qualify_index("records_expires_at_idx");
+        let old_pending_idx = qualify_index("records_pending_idx");
         // No CHECK on `state`: readers validate every row and answer
         // `StoreError::Corrupt`, and a later version may add states.
-        vec![format!(
-            "CREATE SEQUENCE IF NOT EXISTS {token_seq} AS bigint;
+        vec![
+            format!(
+                "CREATE SEQUENCE IF NOT EXISTS {token_seq} AS bigint;
              CREATE TABLE IF NOT EXISTS {records} (
                  key text PRIMARY KEY,
                  tool text NOT NULL,
@@ -339,13 +362,36 @@ impl Names {
              );
              CREATE INDEX IF NOT EXISTS \"{prefix}history_expires_at_idx\"
                  ON {history} (expires_at);"
-        )]
+            ),
+            // Version 2: a live record carries its own events (four parallel arrays), so
+            // a claim or a completion writes one row instead of two; the history table
+            // keeps the events of released keys (and those written before version 2).
+            // Purge finds expired results through a partial index, so a claim updates
+            // one index fewer (expired claims are found through the pending index). The
+            // pending index is keyed by `key`: keyed by `created_at` the planner used it
+            // for the fenced updates' `key = $1`, a scan of every pending entry, and all
+            // claims appended to its rightmost page.
+            format!(
+                "ALTER TABLE {records}
+                     ADD COLUMN IF NOT EXISTS ev_at timestamptz[] NOT NULL DEFAULT '{{}}',
+                     ADD COLUMN IF NOT EXISTS ev_kind text[] NOT NULL DEFAULT '{{}}',
+                     ADD COLUMN IF NOT EXISTS ev_token bigint[] NOT NULL DEFAULT '{{}}',
+                     ADD COLUMN IF NOT EXISTS ev_worker text[] NOT NULL DEFAULT '{{}}';
+                 CREATE INDEX IF NOT EXISTS \"{prefix}records_purge_idx\"
+                     ON {records} (expires_at) WHERE state = 'completed';
+                 CREATE INDEX IF NOT EXISTS \"{prefix}records_inflight_idx\"
+                     ON {records} (key) WHERE state = 'in_progress';
+                 DROP INDEX IF EXISTS {old_expires_idx};
+                 DROP INDEX IF EXISTS {old_pending_idx};"
+            ),
+        ]
     }
 }
 
 /// The store's statements, built once: deadpool caches each connection's prepared
 /// statement by its text.
 struct Sql {
+    claim_fast: String,
     claim: String,
     takeover: String,
     complete: String,
@@ -377,92 +423,151 @@ impl Sql {
         // Parameters: $1 key, $2 tool, $3 scope, $4 fingerprint, $5 args, $6 worker,
         // $7 lease (µs), $8 record lifetime (µs), $9 stale token (takeover only).
         //
-        // `cur` is the key's row in this statement's snapshot; `upd` reclaims an expired
-        // result; `ins` inserts an absent key (DO NOTHING: no row lock, so replays of a
-        // completed key write nothing). `won` holds the new claim, if any, and is logged.
-        // Otherwise the answer is `cur`. If a concurrent writer committed after the
-        // snapshot was taken, `cur` can be missing or out of date: the caller detects
-        // that and runs the statement again (see `claim_or_takeover`).
+        // `cur` is the key's row in this statement's snapshot. `tok` draws the new token
+        // only when `cur` says the claim can win: the key is absent, its result expired
+        // (or, for a takeover, it is the stale claim), so replays and live duplicates write
+        // nothing at all. `upd` reclaims an expired result (`tk` takes over the stale
+        // claim); `ins` inserts an absent key (DO NOTHING: no row lock). Each logs its
+        // event in the row it writes. `won` holds the new claim, if any; otherwise the
+        // answer is `cur`. If a concurrent writer committed after the snapshot was taken,
+        // `cur` can be missing or out of date: the caller detects that and runs the
+        // statement again (see `claim_or_takeover`).
+        let log = |kind: &str, token: &str, worker: &str| {
+            format!(
+                "ev_at = r.ev_at || c.now, ev_kind = r.ev_kind || '{kind}'::text,
+                 ev_token = r.ev_token || {token}, ev_worker = r.ev_worker || {worker}"
+            )
+        };
         let claim = |takeover: bool| {
-            let (tk, tk_won) = if takeover {
+            let (tk, tk_won, tk_gate) = if takeover {
                 (
                     format!(
                         "tk AS (
                              UPDATE {records} AS r SET tool = $2, scope = $3,
                                  fingerprint = $4, args = $5, worker = $6,
-                                 state = 'in_progress', token = nextval('{token_seq}'),
+                                 state = 'in_progress', token = t.tok,
                                  lease_expires_at = c.now + $7::bigint {us},
                                  result = NULL, is_error = false, completed_at = NULL,
-                                 expires_at = c.now + $8::bigint {us}
-                             FROM clock c
+                                 expires_at = c.now + $8::bigint {us},
+                                 {}
+                             FROM clock c, tok t
                              WHERE r.key = $1 AND r.state = 'in_progress'
                                  AND r.token = $9::bigint AND r.lease_expires_at <= c.now
-                             RETURNING {returning}, 'taken_over'::text AS kind
-                         ),"
+                             RETURNING {returning}
+                         ),",
+                        log("taken_over", "t.tok", "$6::text")
                     ),
                     "SELECT * FROM tk UNION ALL ",
+                    " OR (k.state = 'in_progress' AND k.token = $9::bigint
+                          AND k.lease_expires_at <= c.now)",
                 )
             } else {
-                (String::new(), "")
+                (String::new(), "", "")
             };
             format!(
                 "WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS now),
                  cur AS MATERIALIZED (SELECT {RECORD_COLUMNS} FROM {records} WHERE key = $1),
+                 tok AS MATERIALIZED (
+                     SELECT nextval('{token_seq}') AS tok FROM clock c
+                     WHERE NOT EXISTS (SELECT 1 FROM cur) OR EXISTS (
+                         SELECT 1 FROM cur k
+                         WHERE (k.state = 'completed' AND k.expires_at <= c.now){tk_gate}
+                     )
+                 ),
                  {tk}
                  upd AS (
                      UPDATE {records} AS r SET tool = $2, scope = $3, fingerprint = $4,
-                         args = $5, worker = $6, state = 'in_progress',
-                         token = nextval('{token_seq}'),
+                         args = $5, worker = $6, state = 'in_progress', token = t.tok,
                          lease_expires_at = c.now + $7::bigint {us},
                          result = NULL, is_error = false, completed_at = NULL,
-                         created_at = c.now, expires_at = c.now + $8::bigint {us}
-                     FROM clock c
+                         created_at = c.now, expires_at = c.now + $8::bigint {us},
+                         {upd_log}
+                     FROM clock c, tok t
                      WHERE r.key = $1 AND r.state = 'completed' AND r.expires_at <= c.now
-                     RETURNING {returning}, 'claimed'::text AS kind
+                     RETURNING {returning}
                  ),
                  ins AS (
                      INSERT INTO {records} AS r (key, tool, scope, fingerprint, args, worker,
-                         state, token, lease_expires_at, is_error, created_at, expires_at)
+                         state, token, lease_expires_at, is_error, created_at, expires_at,
+                         ev_at, ev_kind, ev_token, ev_worker)
                      SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text,
-                         'in_progress', nextval('{token_seq}'),
-                         c.now + $7::bigint {us}, false, c.now, c.now + $8::bigint {us}
-                     FROM clock c
+                         'in_progress', t.tok,
+                         c.now + $7::bigint {us}, false, c.now, c.now + $8::bigint {us},
+                         ARRAY[c.now], ARRAY['claimed'::text], ARRAY[t.tok], ARRAY[$6::text]
+                     FROM clock c, tok t
                      WHERE NOT EXISTS (SELECT 1 FROM cur)
                      ON CONFLICT (key) DO NOTHING
-                     RETURNING {returning}, 'claimed'::text AS kind
+                     RETURNING {returning}
                  ),
                  won AS MATERIALIZED (
                      {tk_won}SELECT * FROM upd UNION ALL SELECT * FROM ins
-                 ),
-                 logged AS (
-                     INSERT INTO {history} (key, at, kind, token, worker, expires_at)
-                     SELECT w.key, c.now, w.kind, w.token, w.worker, w.expires_at
-                     FROM won w, clock c
                  )
                  SELECT true AS acquired, {RECORD_COLUMNS}, c.now AS now
                  FROM won, clock c
                  UNION ALL
                  SELECT false, {RECORD_COLUMNS}, c.now
                  FROM cur, clock c
-                 WHERE NOT EXISTS (SELECT 1 FROM won)"
+                 WHERE NOT EXISTS (SELECT 1 FROM won)",
+                upd_log = log("claimed", "t.tok", "$6::text"),
             )
         };
+        // The common claim, same parameters and answer as `claim` but only inserting an
+        // absent key: no `upd` and fewer CTEs, so a first call costs the server about a
+        // fifth less. The token is drawn only if the key is absent in the snapshot (the
+        // gate is a one-time filter above `nextval`). When the answer is an expired
+        // result, the caller runs `claim`, which can reclaim it.
+        let claim_fast = format!(
+            "WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS now),
+             ins AS (
+                 INSERT INTO {records} AS r (key, tool, scope, fingerprint, args, worker,
+                     state, token, lease_expires_at, is_error, created_at, expires_at,
+                     ev_at, ev_kind, ev_token, ev_worker)
+                 SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text,
+                     'in_progress', t.tok,
+                     c.now + $7::bigint {us}, false, c.now, c.now + $8::bigint {us},
+                     ARRAY[c.now], ARRAY['claimed'::text], ARRAY[t.tok], ARRAY[$6::text]
+                 FROM clock c, (SELECT nextval('{token_seq}') AS tok) t
+                 WHERE NOT EXISTS (SELECT 1 FROM {records} WHERE key = $1)
+                 ON CONFLICT (key) DO NOTHING
+                 RETURNING {returning}
+             )
+             SELECT true AS acquired, {RECORD_COLUMNS}, c.now AS now
+             FROM ins, clock c
+             UNION ALL
+             SELECT false, {RECORD_COLUMNS}, c.now
+             FROM {records}, clock c
+             WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM ins)"
+        );
         // The fenced updates: only the current holder's token matches, and only while the
-        // key is in progress. Each logs its event in the same statement.
+        // key is in progress. Each logs its event in the row it changes.
         let fenced_event = |kind: &str, set: &str| {
             format!(
-                "WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS now),
-                 changed AS (
-                     UPDATE {records} AS r SET {set}
-                     FROM clock c
-                     WHERE r.key = $1 AND r.token = $2 AND r.state = 'in_progress'
-                     RETURNING r.key, r.token, r.worker, r.expires_at, c.now
-                 )
-                 INSERT INTO {history} (key, at, kind, token, worker, expires_at)
-                 SELECT key, now, '{kind}', token, worker, expires_at FROM changed"
+                "UPDATE {records} AS r SET {set}, {}
+                 FROM (SELECT clock_timestamp() AS now) c
+                 WHERE r.key = $1 AND r.token = $2 AND r.state = 'in_progress'",
+                log(kind, "r.token", "r.worker")
             )
         };
+        // A released record's events move to the history table, followed by `$kind`.
+        let move_history = |gone: &str, kind: &str, token: &str, worker: &str| {
+            format!(
+                "INSERT INTO {history} (key, at, kind, token, worker, expires_at)
+                 SELECT key, at, kind, token, worker, expires_at FROM (
+                     SELECT g.key, e.at, e.kind, e.token, e.worker, g.expires_at,
+                         0 AS src, e.ord
+                     FROM {gone} g, unnest(g.ev_at, g.ev_kind, g.ev_token, g.ev_worker)
+                         WITH ORDINALITY AS e (at, kind, token, worker, ord)
+                     UNION ALL
+                     SELECT g.key, clock_timestamp(), {kind}, {token}, {worker},
+                         g.expires_at, 1, 0
+                     FROM {gone} g
+                 ) moved
+                 ORDER BY src, ord"
+            )
+        };
+        let gone_columns = "key, token, worker, expires_at, ev_at, ev_kind, ev_token, ev_worker";
         Sql {
+            claim_fast,
             claim: claim(false),
             takeover: claim(true),
             // $3 result, $4 is_error, $5 ttl (µs).
@@ -478,11 +583,10 @@ impl Sql {
                 "WITH gone AS (
                      DELETE FROM {records}
                      WHERE key = $1 AND token = $2 AND state = 'in_progress'
-                     RETURNING key, token, worker, expires_at
+                     RETURNING {gone_columns}
                  )
-                 INSERT INTO {history} (key, at, kind, token, worker, expires_at)
-                 SELECT key, clock_timestamp(), 'released', token, worker, expires_at
-                 FROM gone"
+                 {}",
+                move_history("gone", "'released'", "g.token", "g.worker")
             ),
             // $3 lease (µs). A lease that already ran out cannot be renewed.
             renew: format!(
@@ -502,39 +606,56 @@ impl Sql {
             ),
             // $2 result, $3 ttl (µs), $4 kind, $5 worker. A new token fences the holder.
             resolve_complete: format!(
-                "WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS now),
-                 resolved AS (
-                     UPDATE {records} AS r SET state = 'completed', result = $2,
-                         is_error = false, completed_at = c.now, lease_expires_at = NULL,
-                         token = nextval('{token_seq}'),
-                         expires_at = c.now + $3::bigint {us}
-                     FROM clock c
-                     WHERE r.key = $1 AND r.state = 'in_progress'
-                     RETURNING r.key, r.token, r.expires_at, c.now
-                 )
-                 INSERT INTO {history} (key, at, kind, token, worker, expires_at)
-                 SELECT key, now, $4, token, $5, expires_at FROM resolved"
+                "UPDATE {records} AS r SET state = 'completed', result = $2,
+                     is_error = false, completed_at = c.now, lease_expires_at = NULL,
+                     token = t.tok, expires_at = c.now + $3::bigint {us},
+                     ev_at = r.ev_at || c.now, ev_kind = r.ev_kind || $4::text,
+                     ev_token = r.ev_token || t.tok, ev_worker = r.ev_worker || $5::text
+                 FROM (SELECT clock_timestamp() AS now) c,
+                     (SELECT nextval('{token_seq}') AS tok) t
+                 WHERE r.key = $1 AND r.state = 'in_progress'"
             ),
             // $2 kind, $3 worker.
             resolve_release: format!(
                 "WITH gone AS (
                      DELETE FROM {records} WHERE key = $1 AND state = 'in_progress'
-                     RETURNING key, expires_at
+                     RETURNING {gone_columns}
                  )
-                 INSERT INTO {history} (key, at, kind, token, worker, expires_at)
-                 SELECT key, clock_timestamp(), $2, nextval('{token_seq}'), $3, expires_at
-                 FROM gone"
+                 {}",
+                move_history(
+                    "gone",
+                    "$2::text",
+                    &format!("nextval('{token_seq}')"),
+                    "$3::text"
+                )
             ),
+            // The events of released keys (and those logged before schema version 2),
+            // then the live record's own.
             history: format!(
-                "SELECT at, kind, token, worker FROM {history} WHERE key = $1 ORDER BY id"
+                "SELECT at, kind, token, worker FROM (
+                     SELECT at, kind, token, worker, 0 AS src, id AS ord
+                     FROM {history} WHERE key = $1
+                     UNION ALL
+                     SELECT e.at, e.kind, e.token, e.worker, 1, e.ord
+                     FROM {records} r,
+                         unnest(r.ev_at, r.ev_kind, r.ev_token, r.ev_worker)
+                             WITH ORDINALITY AS e (at, kind, token, worker, ord)
+                     WHERE r.key = $1
+                 ) events
+                 ORDER BY src, ord"
             ),
             // Deletes expired records with their history, and the history of keys that
-            // have no live record (released keys) once its own expiry passed.
+            // have no live record (released keys) once its own expiry passed. Expired
+            // results are found through the purge index, expired claims through the
+            // pending one (a `BitmapOr` of the two partial indexes).
             purge: format!(
                 "WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS now),
                  gone AS (
-                     DELETE FROM {records} AS r USING clock c
-                     WHERE r.expires_at <= c.now
+                     DELETE FROM {records} AS r
+                     WHERE (r.state = 'completed'
+                             AND r.expires_at <= (SELECT now FROM clock))
+                         OR (r.state = 'in_progress'
+                             AND r.expires_at <= (SELECT now FROM clock))
                      RETURNING r.key
                  ),
                  gone_history AS (
@@ -752,10 +873,13 @@ impl PostgresStore {
         req: ClaimRequest<'_>,
         stale: Option<u64>,
     ) -> Result<ClaimOutcome, StoreError> {
-        let (sql, what) = match stale {
-            Some(_) => (&self.sql.takeover, "takeover"),
-            None => (&self.sql.claim, "claim"),
+        let what = match stale {
+            Some(_) => "takeover",
+            None => "claim",
         };
+        // A plain claim starts with the fast statement, which cannot reclaim an expired
+        // result; it switches to the full one once it sees such a result.
+        let mut full = false;
         let lease = micros(req.lease);
         let lifetime = micros(req.ttl.max(req.lease));
         // A stale token beyond i64 was never issued, so nothing can be taken over with it.
@@ -781,6 +905,11 @@ impl PostgresStore {
                     "postgres {what} raced a writer; retrying"
                 );
             }
+            let sql = match (stale, full) {
+                (Some(_), _) => &self.sql.takeover,
+                (None, true) => &self.sql.claim,
+                (None, false) => &self.sql.claim_fast,
+            };
             let rows = self.query(what, sql, &params).await?;
             let Some(row) = rows.first() else {
                 continue;
@@ -794,7 +923,10 @@ impl PostgresStore {
             let now: SystemTime = get(row, "now")?;
             let record = record(row)?;
             match record.state {
-                RecordState::Completed { .. } if record.expires_at <= now => continue,
+                RecordState::Completed { .. } if record.expires_at <= now => {
+                    full = true;
+                    continue;
+                }
                 RecordState::Completed { .. } => {
                     return Ok(ClaimOutcome::Completed(std::sync::Arc::new(record)))
                 }
