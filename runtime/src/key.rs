@@ -25,14 +25,26 @@
 //!   `raw_value` features) are decoded, so a feature switched on elsewhere in the
 //!   dependency graph cannot silently change keys.
 
+use core::cell::Cell;
 use core::cmp::Ordering;
 use core::fmt;
 
 use serde::ser::{self, Impossible, Serialize};
 use sha2::{Digest, Sha256};
 
+/// The literal of [`TOOL_KEY_CONTRACT`], for `concat!` in [`TOOL_KEY_HEADER`].
+macro_rules! tool_key_contract {
+    () => {
+        "tool-contracts/key/v1"
+    };
+}
+
 /// Contract string of tool keys.
-pub const TOOL_KEY_CONTRACT: &str = "tool-contracts/key/v1";
+pub const TOOL_KEY_CONTRACT: &str = tool_key_contract!();
+
+/// The start of every tool key document (the contract needs no escaping), written in one
+/// copy by [`KeyBuilder::new`].
+const TOOL_KEY_HEADER: &str = concat!("{\"contract\":\"", tool_key_contract!(), "\",\"fields\":{");
 
 /// Largest integer magnitude an IEEE 754 double holds exactly (2^53 - 1).
 ///
@@ -91,12 +103,7 @@ pub fn write_canonical<T: ?Sized + Serialize>(
     value: &T,
     out: &mut Vec<u8>,
 ) -> Result<(), CanonicalError> {
-    let mark = out.len();
-    let result = value.serialize(Canonical { out: &mut *out });
-    if result.is_err() {
-        out.truncate(mark);
-    }
-    result
+    write_canonical_with(value, out, &mut Scratch::default())
 }
 
 /// Compares two strings in JCS order: lexicographically by UTF-16 code units
@@ -179,8 +186,9 @@ pub enum KeyFieldError {
 /// Builds one key: fields must be added in JCS order of their paths (callers pre-sort;
 /// checked with `debug_assert!`), then finish.
 ///
-/// The builder streams the canonical document into one buffer, so deriving a key costs a
-/// single allocation plus one per JSON object inside the field values.
+/// The builder streams the canonical document into one buffer and reuses its scratch
+/// space across fields and nested objects, so deriving a key costs a handful of
+/// allocations whatever the shape of the field values.
 ///
 /// ```
 /// use tool_contracts_runtime::key::{KeyBuilder, TOOL_KEY_CONTRACT};
@@ -198,6 +206,8 @@ pub enum KeyFieldError {
 pub struct KeyBuilder {
     /// The canonical document written so far (up to the last field).
     doc: Vec<u8>,
+    /// Reusable buffers of the object encoder.
+    scratch: Scratch,
     /// Number of fields written.
     fields: usize,
     /// Last field path, to check the caller's ordering.
@@ -209,12 +219,19 @@ impl KeyBuilder {
     /// Starts a key document for `contract` (e.g. [`TOOL_KEY_CONTRACT`]).
     #[must_use]
     pub fn new(contract: &str) -> Self {
-        let mut doc = Vec::with_capacity(160 + contract.len());
-        doc.extend_from_slice(b"{\"contract\":");
-        write_str(&mut doc, contract);
-        doc.extend_from_slice(b",\"fields\":{");
+        let Spare { mut doc, scratch } = SPARE.try_with(Cell::take).unwrap_or_default();
+        doc.clear();
+        doc.reserve(160 + contract.len());
+        if contract == TOOL_KEY_CONTRACT {
+            doc.extend_from_slice(TOOL_KEY_HEADER.as_bytes());
+        } else {
+            doc.extend_from_slice(b"{\"contract\":");
+            write_str(&mut doc, contract);
+            doc.extend_from_slice(b",\"fields\":{");
+        }
         KeyBuilder {
             doc,
+            scratch,
             fields: 0,
             #[cfg(debug_assertions)]
             last_path: None,
@@ -252,7 +269,7 @@ impl KeyBuilder {
         write_str(&mut self.doc, path);
         self.doc.push(b':');
         let value_start = self.doc.len();
-        if let Err(source) = write_canonical(value, &mut self.doc) {
+        if let Err(source) = write_canonical_with(value, &mut self.doc, &mut self.scratch) {
             self.doc.truncate(mark);
             return Err(KeyFieldError::Encode {
                 field: path.to_owned(),
@@ -283,14 +300,23 @@ impl KeyBuilder {
 
     /// Returns the 64-char lowercase hex key.
     #[must_use]
-    pub fn finish(self, scope: Option<&str>, tool: &str, version: u32) -> String {
+    pub fn finish(mut self, scope: Option<&str>, tool: &str, version: u32) -> String {
+        let scratch = core::mem::take(&mut self.scratch);
         let doc = self.finish_document(scope, tool, version);
-        hex_lower(&Sha256::digest(&doc))
+        let key = hex_lower(&Sha256::digest(&doc).into());
+        Spare { doc, scratch }.keep();
+        key
     }
 
     /// The canonical document bytes that finish() hashes (for tests/debugging).
     #[must_use]
     pub fn finish_document(mut self, scope: Option<&str>, tool: &str, version: u32) -> Vec<u8> {
+        let scratch = core::mem::take(&mut self.scratch);
+        Spare {
+            doc: Vec::new(),
+            scratch,
+        }
+        .keep();
         let doc = &mut self.doc;
         doc.extend_from_slice(b"},\"scope\":");
         match scope {
@@ -300,9 +326,60 @@ impl KeyBuilder {
         doc.extend_from_slice(b",\"tool\":");
         write_str(doc, tool);
         doc.extend_from_slice(b",\"version\":");
-        write_u128_digits(doc, u128::from(version));
+        write_u64(doc, u64::from(version));
         doc.push(b'}');
         self.doc
+    }
+}
+
+/// Buffers of a finished [`KeyBuilder`], kept for the next key built on the same thread so
+/// that a key costs no allocation for its document or scratch space once warm.
+#[derive(Debug, Default)]
+struct Spare {
+    doc: Vec<u8>,
+    scratch: Scratch,
+}
+
+/// Buffers larger than this are dropped rather than kept, so one huge key does not pin its
+/// memory to the thread.
+const SPARE_MAX_BYTES: usize = 64 * 1024;
+
+thread_local! {
+    static SPARE: Cell<Spare> = const {
+        Cell::new(Spare {
+            doc: Vec::new(),
+            scratch: Scratch {
+                entries: Vec::new(),
+                keys: String::new(),
+                body: Vec::new(),
+            },
+        })
+    };
+}
+
+impl Spare {
+    /// Keeps these buffers for the next [`KeyBuilder::new`] on this thread (emptied; any
+    /// buffer over [`SPARE_MAX_BYTES`] is dropped instead).
+    fn keep(mut self) {
+        let Spare { doc, scratch } = &mut self;
+        doc.clear();
+        scratch.entries.clear();
+        scratch.keys.clear();
+        scratch.body.clear();
+        if doc.capacity() > SPARE_MAX_BYTES {
+            *doc = Vec::new();
+        }
+        if scratch.entries.capacity() * core::mem::size_of::<Entry>() > SPARE_MAX_BYTES {
+            scratch.entries = Vec::new();
+        }
+        if scratch.keys.capacity() > SPARE_MAX_BYTES {
+            scratch.keys = String::new();
+        }
+        if scratch.body.capacity() > SPARE_MAX_BYTES {
+            scratch.body = Vec::new();
+        }
+        // During thread teardown there is nowhere to keep them: they are dropped.
+        let _ = SPARE.try_with(|spare| spare.set(self));
     }
 }
 
@@ -343,18 +420,23 @@ pub fn tool_key(
     Ok(builder.finish(scope, tool, version))
 }
 
-/// Lowercase hex of `bytes`.
+/// Lowercase hex of a SHA-256 digest.
 ///
-/// Written by hand (a 16-entry table) rather than pulling in the `hex` crate: it is ten
-/// lines and runs once per key.
-fn hex_lower(bytes: &[u8]) -> String {
+/// Written by hand (a 16-entry table) rather than pulling in the `hex` crate: the digits
+/// are filled into a stack array and copied into the `String` once.
+fn hex_lower(digest: &[u8; 32]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for &b in bytes {
-        s.push(char::from(DIGITS[usize::from(b >> 4)]));
-        s.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+    let mut text = [0_u8; 64];
+    for (pair, &b) in text.chunks_exact_mut(2).zip(digest) {
+        if let [high, low] = pair {
+            *high = DIGITS[usize::from(b >> 4)];
+            *low = DIGITS[usize::from(b & 0x0f)];
+        }
     }
-    s
+    // Only ASCII digits were written: the conversion always succeeds (the fallback, which
+    // would give the same text, is never taken).
+    String::from_utf8(text.to_vec())
+        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
 // ---------------------------------------------------------------------------------------
@@ -394,20 +476,70 @@ fn write_u128_digits(out: &mut Vec<u8>, n: u128) {
     out.extend_from_slice(buf.get(start..).unwrap_or_default());
 }
 
-/// Writes an integer per the key rule: a plain JSON integer when its magnitude is at most
-/// 2^53 - 1, otherwise a JSON string of its decimal digits (with a leading `-` if negative).
-fn write_integer(out: &mut Vec<u8>, negative: bool, magnitude: u128) {
-    let big = magnitude > u128::from(MAX_SAFE_INTEGER);
+/// `"00"`, `"01"`, ..., `"99"`: two digits per division (as `itoa` does).
+const DIGIT_PAIRS: &[u8; 200] = b"\
+    0001020304050607080910111213141516171819\
+    2021222324252627282930313233343536373839\
+    4041424344454647484950515253545556575859\
+    6061626364656667686970717273747576777879\
+    8081828384858687888990919293949596979899";
+
+/// Writes the decimal digits of `n` (no sign).
+#[inline]
+fn write_u64(out: &mut Vec<u8>, mut n: u64) {
+    // u64::MAX has 20 digits, so `i` never goes below 0.
+    let mut buf = [0_u8; 20];
+    let mut i = buf.len();
+    while n >= 100 {
+        // `n % 100 < 100`, so the cast cannot truncate.
+        let d = (n % 100) as usize * 2;
+        n /= 100;
+        i -= 2;
+        buf[i] = DIGIT_PAIRS[d];
+        buf[i + 1] = DIGIT_PAIRS[d + 1];
+    }
+    if n >= 10 {
+        // `n < 100`.
+        let d = n as usize * 2;
+        i -= 2;
+        buf[i] = DIGIT_PAIRS[d];
+        buf[i + 1] = DIGIT_PAIRS[d + 1];
+    } else {
+        // `n < 10`.
+        i -= 1;
+        buf[i] = b'0' + n as u8;
+    }
+    out.extend_from_slice(buf.get(i..).unwrap_or_default());
+}
+
+/// [`write_integer`] for magnitudes that fit in 64 bits (nearly all of them).
+#[inline]
+fn write_integer_u64(out: &mut Vec<u8>, negative: bool, magnitude: u64) {
+    let big = magnitude > MAX_SAFE_INTEGER;
     if big {
         out.push(b'"');
     }
     if negative && magnitude != 0 {
         out.push(b'-');
     }
-    write_u128_digits(out, magnitude);
+    write_u64(out, magnitude);
     if big {
         out.push(b'"');
     }
+}
+
+/// Writes an integer per the key rule: a plain JSON integer when its magnitude is at most
+/// 2^53 - 1, otherwise a JSON string of its decimal digits (with a leading `-` if negative).
+fn write_integer(out: &mut Vec<u8>, negative: bool, magnitude: u128) {
+    if let Ok(magnitude) = u64::try_from(magnitude) {
+        return write_integer_u64(out, negative, magnitude);
+    }
+    out.push(b'"');
+    if negative {
+        out.push(b'-');
+    }
+    write_u128_digits(out, magnitude);
+    out.push(b'"');
 }
 
 fn write_i128(out: &mut Vec<u8>, n: i128) {
@@ -430,40 +562,148 @@ fn write_f64(out: &mut Vec<u8>, f: f64) -> Result<(), CanonicalError> {
 
 /// Writes `s` as a JSON string with RFC 8785 escaping: `\"`, `\\`, `\b`, `\f`, `\n`, `\r`,
 /// `\t`, other controls below U+0020 as `\u00xx` (lowercase hex), everything else raw.
+#[inline]
 fn write_str(out: &mut Vec<u8>, s: &str) {
+    out.reserve(s.len() + 2);
     out.push(b'"');
     write_str_body(out, s);
     out.push(b'"');
 }
 
-/// Writes the escaped contents of a JSON string (without the quotes).
-fn write_str_body(out: &mut Vec<u8>, s: &str) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let bytes = s.as_bytes();
-    let mut run_start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        let escape: &[u8] = match b {
-            b'"' => b"\\\"",
-            b'\\' => b"\\\\",
-            0x08 => b"\\b",
-            0x0c => b"\\f",
-            b'\n' => b"\\n",
-            b'\r' => b"\\r",
-            b'\t' => b"\\t",
-            0x00..=0x1f => b"",
-            _ => continue,
-        };
-        out.extend_from_slice(bytes.get(run_start..i).unwrap_or_default());
-        if escape.is_empty() {
-            out.extend_from_slice(b"\\u00");
-            out.push(HEX[usize::from(b >> 4)]);
-            out.push(HEX[usize::from(b & 0x0f)]);
-        } else {
-            out.extend_from_slice(escape);
-        }
-        run_start = i + 1;
+/// How each byte is written inside a JSON string: `0` raw, otherwise the character after
+/// the backslash (`u` for `\u00xx`). The table of `serde_json`'s `ESCAPE`, with RFC 8785's
+/// choices: only `"`, `\` and the controls below U+0020 are escaped.
+static ESCAPE: [u8; 256] = {
+    let mut table = [0_u8; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        table[b] = b'u';
+        b += 1;
     }
-    out.extend_from_slice(bytes.get(run_start..).unwrap_or_default());
+    table[0x08] = b'b';
+    table[0x09] = b't';
+    table[0x0a] = b'n';
+    table[0x0c] = b'f';
+    table[0x0d] = b'r';
+    table[b'"' as usize] = b'"';
+    table[b'\\' as usize] = b'\\';
+    table
+};
+
+/// Whether any of the 8 bytes of `word` is a control below U+0020, `"` or `\` (the bytes
+/// [`ESCAPE`] escapes). Exact: no false negatives, no false positives.
+///
+/// Classic SWAR tests ("Bit Twiddling Hacks": `hasless`, `haszero`): a byte below `n`
+/// (`n <= 0x80`) borrows in `x - n` and so sets its top bit while `!x` keeps it; a borrow
+/// can only spill upward from a byte that already matched, so the "any" answer is exact.
+#[inline]
+fn word_needs_escape(word: u64) -> bool {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
+    let control = word.wrapping_sub(ONES * 0x20) & !word;
+    let quote = word ^ (ONES * u64::from(b'"'));
+    let quote = quote.wrapping_sub(ONES) & !quote;
+    let backslash = word ^ (ONES * u64::from(b'\\'));
+    let backslash = backslash.wrapping_sub(ONES) & !backslash;
+    (control | quote | backslash) & HIGHS != 0
+}
+
+/// Whether `bytes` holds a byte [`ESCAPE`] escapes, tested 8 bytes at a time with no
+/// per-byte loop: whole words first, then the remaining 1 to 7 bytes gathered into one
+/// word from overlapping reads (bytes read twice do not change the answer; the padding
+/// `a` needs no escape).
+#[inline]
+fn needs_escape(bytes: &[u8]) -> bool {
+    let mut words = bytes.chunks_exact(8);
+    for word in &mut words {
+        if word
+            .first_chunk::<8>()
+            .is_some_and(|w| word_needs_escape(u64::from_ne_bytes(*w)))
+        {
+            return true;
+        }
+    }
+    let rest = words.remainder();
+    let n = rest.len();
+    let last = if n == 0 {
+        return false;
+    } else if let Some(word) = bytes.last_chunk::<8>() {
+        // At least 8 bytes in all: the last 8 cover the remainder.
+        *word
+    } else if let (Some(low), Some(high)) = (rest.first_chunk::<4>(), rest.last_chunk::<4>()) {
+        // 4 to 7 bytes: the first 4 and the last 4 cover them.
+        let [a, b, c, d] = *low;
+        let [e, f, g, h] = *high;
+        [a, b, c, d, e, f, g, h]
+    } else {
+        // 1 to 3 bytes: the first, the middle and the last cover them.
+        let first = rest.first().copied().unwrap_or(b'a');
+        let middle = rest.get(n / 2).copied().unwrap_or(b'a');
+        let last = rest.last().copied().unwrap_or(b'a');
+        [first, middle, last, b'a', b'a', b'a', b'a', b'a']
+    };
+    word_needs_escape(u64::from_ne_bytes(last))
+}
+
+/// Writes the escaped contents of a JSON string (without the quotes).
+///
+/// Most strings need no escape at all: [`needs_escape`] finds that out a word at a time and
+/// the string is then copied with one `extend_from_slice`.
+#[inline]
+fn write_str_body(out: &mut Vec<u8>, s: &str) {
+    let bytes = s.as_bytes();
+    if needs_escape(bytes) {
+        write_escaped(out, bytes);
+    } else {
+        out.extend_from_slice(bytes);
+    }
+}
+
+/// [`write_str_body`] for a string with something to escape: unescaped runs are copied
+/// with one `extend_from_slice` each; 8-byte words with nothing to escape are skipped with
+/// one test ([`word_needs_escape`]), the others are looked up byte by byte in [`ESCAPE`].
+#[cold]
+fn write_escaped(out: &mut Vec<u8>, bytes: &[u8]) {
+    // Start of the pending unescaped run.
+    let mut run = 0;
+    let mut i = 0;
+    while let Some(word) = bytes.get(i..).and_then(<[u8]>::first_chunk::<8>) {
+        if word_needs_escape(u64::from_ne_bytes(*word)) {
+            for (k, &b) in word.iter().enumerate() {
+                escape_byte(out, bytes, &mut run, i + k, b);
+            }
+        }
+        i += 8;
+    }
+    for (k, &b) in bytes.get(i..).unwrap_or_default().iter().enumerate() {
+        escape_byte(out, bytes, &mut run, i + k, b);
+    }
+    out.extend_from_slice(bytes.get(run..).unwrap_or_default());
+}
+
+/// If `b` (at offset `i` of `bytes`) needs escaping, flushes the run before it and writes
+/// its escape.
+#[inline(always)]
+fn escape_byte(out: &mut Vec<u8>, bytes: &[u8], run: &mut usize, i: usize, b: u8) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let escape = ESCAPE[usize::from(b)];
+    if escape == 0 {
+        return;
+    }
+    out.extend_from_slice(bytes.get(*run..i).unwrap_or_default());
+    if escape == b'u' {
+        out.extend_from_slice(&[
+            b'\\',
+            b'u',
+            b'0',
+            b'0',
+            HEX[usize::from(b >> 4)],
+            HEX[usize::from(b & 0x0f)],
+        ]);
+    } else {
+        out.extend_from_slice(&[b'\\', escape]);
+    }
+    *run = i + 1;
 }
 
 /// `fmt::Write` adapter escaping into a JSON string body (for `collect_str`).
@@ -482,9 +722,56 @@ impl fmt::Write for EscapeWriter<'_> {
 // The serializer
 // ---------------------------------------------------------------------------------------
 
+/// Buffers the object encoder reuses across objects (and, in a [`KeyBuilder`], across
+/// fields), so an object costs no allocation of its own.
+///
+/// `entries` and `keys` are stacks: an open object owns everything above the lengths they
+/// had when it opened and truncates back to them when it closes; a member truncates back
+/// after its value, so a nested object that failed midway leaves nothing behind.
+#[derive(Debug, Clone, Default)]
+struct Scratch {
+    /// Members of the open objects, innermost last.
+    entries: Vec<Entry>,
+    /// Raw text of the map keys of the open objects.
+    keys: String,
+    /// Copy of the members being reordered (used by one `close` at a time).
+    body: Vec<u8>,
+}
+
+/// Writes the canonical JSON of `value` to `out`, using (and leaving reusable) `scratch`.
+/// On error `out` is left exactly as it was.
+fn write_canonical_with<T: ?Sized + Serialize>(
+    value: &T,
+    out: &mut Vec<u8>,
+    scratch: &mut Scratch,
+) -> Result<(), CanonicalError> {
+    let mark = out.len();
+    scratch.entries.clear();
+    scratch.keys.clear();
+    let result = value.serialize(Canonical {
+        out: &mut *out,
+        scratch,
+    });
+    if result.is_err() {
+        out.truncate(mark);
+    }
+    result
+}
+
 /// Serializer writing canonical JSON into `out`.
 struct Canonical<'a> {
     out: &'a mut Vec<u8>,
+    scratch: &'a mut Scratch,
+}
+
+impl Canonical<'_> {
+    /// A serializer for a nested value, writing to the same buffers.
+    fn reborrow(&mut self) -> Canonical<'_> {
+        Canonical {
+            out: &mut *self.out,
+            scratch: &mut *self.scratch,
+        }
+    }
 }
 
 impl<'a> ser::Serializer for Canonical<'a> {
@@ -517,7 +804,7 @@ impl<'a> ser::Serializer for Canonical<'a> {
     }
 
     fn serialize_i64(self, v: i64) -> Result<(), CanonicalError> {
-        write_integer(self.out, v < 0, u128::from(v.unsigned_abs()));
+        write_integer_u64(self.out, v < 0, v.unsigned_abs());
         Ok(())
     }
 
@@ -539,7 +826,7 @@ impl<'a> ser::Serializer for Canonical<'a> {
     }
 
     fn serialize_u64(self, v: u64) -> Result<(), CanonicalError> {
-        write_integer(self.out, false, u128::from(v));
+        write_integer_u64(self.out, false, v);
         Ok(())
     }
 
@@ -573,7 +860,7 @@ impl<'a> ser::Serializer for Canonical<'a> {
             if i > 0 {
                 self.out.push(b',');
             }
-            write_u128_digits(self.out, u128::from(b));
+            write_u64(self.out, u64::from(b));
         }
         self.out.push(b']');
         Ok(())
@@ -615,7 +902,7 @@ impl<'a> ser::Serializer for Canonical<'a> {
     }
 
     fn serialize_newtype_variant<T: ?Sized + Serialize>(
-        self,
+        mut self,
         _name: &'static str,
         _index: u32,
         variant: &'static str,
@@ -624,9 +911,7 @@ impl<'a> ser::Serializer for Canonical<'a> {
         self.out.push(b'{');
         write_str(self.out, variant);
         self.out.push(b':');
-        value.serialize(Canonical {
-            out: &mut *self.out,
-        })?;
+        value.serialize(self.reborrow())?;
         self.out.push(b'}');
         Ok(())
     }
@@ -634,7 +919,7 @@ impl<'a> ser::Serializer for Canonical<'a> {
     fn serialize_seq(self, _len: Option<usize>) -> Result<SeqWriter<'a>, CanonicalError> {
         self.out.push(b'[');
         Ok(SeqWriter {
-            out: self.out,
+            inner: self,
             first: true,
             close: b"]",
         })
@@ -663,25 +948,25 @@ impl<'a> ser::Serializer for Canonical<'a> {
         write_str(self.out, variant);
         self.out.extend_from_slice(b":[");
         Ok(SeqWriter {
-            out: self.out,
+            inner: self,
             first: true,
             close: b"]}",
         })
     }
 
-    fn serialize_map(self, len: Option<usize>) -> Result<ObjectWriter<'a>, CanonicalError> {
-        Ok(ObjectWriter::open(self.out, len.unwrap_or(0), false))
+    fn serialize_map(self, _len: Option<usize>) -> Result<ObjectWriter<'a>, CanonicalError> {
+        Ok(ObjectWriter::open(self, false))
     }
 
     fn serialize_struct(
         self,
         name: &'static str,
-        len: usize,
+        _len: usize,
     ) -> Result<StructWriter<'a>, CanonicalError> {
         Ok(match name {
-            SERDE_JSON_NUMBER_TOKEN => StructWriter::Number(self.out),
-            SERDE_JSON_RAW_TOKEN => StructWriter::RawValue(self.out),
-            _ => StructWriter::Object(ObjectWriter::open(self.out, len, false)),
+            SERDE_JSON_NUMBER_TOKEN => StructWriter::Number(self),
+            SERDE_JSON_RAW_TOKEN => StructWriter::RawValue(self),
+            _ => StructWriter::Object(ObjectWriter::open(self, false)),
         })
     }
 
@@ -690,12 +975,12 @@ impl<'a> ser::Serializer for Canonical<'a> {
         _name: &'static str,
         _index: u32,
         variant: &'static str,
-        len: usize,
+        _len: usize,
     ) -> Result<ObjectWriter<'a>, CanonicalError> {
         self.out.push(b'{');
         write_str(self.out, variant);
         self.out.push(b':');
-        Ok(ObjectWriter::open(self.out, len, true))
+        Ok(ObjectWriter::open(self, true))
     }
 
     fn collect_str<T: ?Sized + fmt::Display>(self, value: &T) -> Result<(), CanonicalError> {
@@ -711,7 +996,7 @@ impl<'a> ser::Serializer for Canonical<'a> {
 
 /// Arrays: elements are streamed straight into the output.
 struct SeqWriter<'a> {
-    out: &'a mut Vec<u8>,
+    inner: Canonical<'a>,
     first: bool,
     /// `]`, or `]}` for a tuple variant (`{"Variant":[...]}`).
     close: &'static [u8],
@@ -720,16 +1005,14 @@ struct SeqWriter<'a> {
 impl SeqWriter<'_> {
     fn element<T: ?Sized + Serialize>(&mut self, value: &T) -> Result<(), CanonicalError> {
         if !self.first {
-            self.out.push(b',');
+            self.inner.out.push(b',');
         }
         self.first = false;
-        value.serialize(Canonical {
-            out: &mut *self.out,
-        })
+        value.serialize(self.inner.reborrow())
     }
 
     fn close(self) -> Result<(), CanonicalError> {
-        self.out.extend_from_slice(self.close);
+        self.inner.out.extend_from_slice(self.close);
         Ok(())
     }
 }
@@ -793,15 +1076,16 @@ impl ser::SerializeTupleVariant for SeqWriter<'_> {
 }
 
 /// Where an object member's raw (unescaped) key lives.
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 enum KeyRef {
     /// A struct field name.
     Static(&'static str),
-    /// A range of [`ObjectWriter::keys`] (map keys).
+    /// A range of [`Scratch::keys`] (map keys).
     Owned(usize, usize),
 }
 
 /// The raw text of `key`, whose map keys live in `keys`.
+#[inline]
 fn key_text(keys: &str, key: KeyRef) -> &str {
     match key {
         KeyRef::Static(s) => s,
@@ -809,24 +1093,63 @@ fn key_text(keys: &str, key: KeyRef) -> &str {
     }
 }
 
+/// The first 8 bytes of `key` as a big-endian integer, zero-padded: unequal prefixes
+/// compare as the keys' first 8 bytes do in byte order (a key that ends first is padded
+/// with 0, below every other byte, as a proper prefix sorts first).
+#[inline]
+fn key_prefix(key: &str) -> u64 {
+    let bytes = key.as_bytes();
+    let n = bytes.len();
+    if let Some(word) = bytes.first_chunk::<8>() {
+        return u64::from_be_bytes(*word);
+    }
+    if let (Some(low), Some(high)) = (bytes.first_chunk::<4>(), bytes.last_chunk::<4>()) {
+        // 4 to 7 bytes: the first 4 and the last 4 (overlapping bytes are equal), the last
+        // byte landing at position `n - 1`.
+        let low = u64::from(u32::from_be_bytes(*low)) << 32;
+        let high = u64::from(u32::from_be_bytes(*high)) << (64 - 8 * n);
+        return low | high;
+    }
+    bytes
+        .iter()
+        .enumerate()
+        .fold(0, |prefix, (i, &b)| prefix | u64::from(b) << (56 - 8 * i))
+}
+
+/// [`jcs_cmp`] of two member keys, from their [`key_prefix`]es alone when those differ and
+/// are ASCII (in ASCII, byte order is UTF-16 order).
+#[inline]
+fn key_order(keys: &str, a: KeyRef, a_prefix: u64, b: KeyRef, b_prefix: u64) -> Ordering {
+    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
+    if a_prefix != b_prefix && (a_prefix | b_prefix) & HIGHS == 0 {
+        return a_prefix.cmp(&b_prefix);
+    }
+    jcs_cmp(key_text(keys, a), key_text(keys, b))
+}
+
 /// One member already written to the output.
+#[derive(Debug, Clone, Copy)]
 struct Entry {
     key: KeyRef,
+    /// [`key_prefix`] of the key.
+    prefix: u64,
     /// Byte range of `"key":value` in the output.
     start: usize,
     end: usize,
 }
 
 /// Objects: members are written to the output in the order they arrive, with their raw
-/// keys recorded. If they did not arrive in JCS order (or a key repeats), `end` moves them
-/// into order; structs whose fields are declared in sorted order never pay for that.
+/// keys recorded in the shared [`Scratch`]. If they did not arrive in JCS order (or a key
+/// repeats), `close` moves them into order; structs whose fields are declared in sorted
+/// order never pay for that.
 struct ObjectWriter<'a> {
-    out: &'a mut Vec<u8>,
+    inner: Canonical<'a>,
     /// Offset just past the `{`.
     body_start: usize,
-    /// Raw text of map keys (struct field names are `&'static` and not copied).
-    keys: String,
-    entries: Vec<Entry>,
+    /// This object's members are `inner.scratch.entries[entries_base..]`.
+    entries_base: usize,
+    /// This object's map keys are `inner.scratch.keys[keys_base..]`.
+    keys_base: usize,
     /// Whether every key so far is strictly greater than the one before.
     in_order: bool,
     /// Key given to `serialize_key`, waiting for its value.
@@ -836,14 +1159,13 @@ struct ObjectWriter<'a> {
 }
 
 impl<'a> ObjectWriter<'a> {
-    fn open(out: &'a mut Vec<u8>, len: usize, wrapped: bool) -> Self {
-        out.push(b'{');
-        let body_start = out.len();
+    fn open(inner: Canonical<'a>, wrapped: bool) -> Self {
+        inner.out.push(b'{');
         ObjectWriter {
-            out,
-            body_start,
-            keys: String::new(),
-            entries: Vec::with_capacity(len),
+            body_start: inner.out.len(),
+            entries_base: inner.scratch.entries.len(),
+            keys_base: inner.scratch.keys.len(),
+            inner,
             in_order: true,
             pending_key: None,
             wrapped,
@@ -855,59 +1177,55 @@ impl<'a> ObjectWriter<'a> {
         key: KeyRef,
         value: &T,
     ) -> Result<(), CanonicalError> {
-        if let Some(last) = self.entries.last() {
-            if self.in_order
-                && jcs_cmp(key_text(&self.keys, last.key), key_text(&self.keys, key))
-                    != Ordering::Less
-            {
-                self.in_order = false;
+        let Canonical { out, scratch } = &mut self.inner;
+        let depth = scratch.entries.len();
+        let prefix = key_prefix(key_text(&scratch.keys, key));
+        if depth > self.entries_base {
+            if self.in_order {
+                if let Some(last) = scratch.entries.last() {
+                    if key_order(&scratch.keys, last.key, last.prefix, key, prefix)
+                        != Ordering::Less
+                    {
+                        self.in_order = false;
+                    }
+                }
             }
-            self.out.push(b',');
+            out.push(b',');
         }
-        let start = self.out.len();
-        write_str(self.out, key_text(&self.keys, key));
-        self.out.push(b':');
-        value.serialize(Canonical {
-            out: &mut *self.out,
-        })?;
-        let end = self.out.len();
-        self.entries.push(Entry { key, start, end });
+        let start = out.len();
+        write_str(out, key_text(&scratch.keys, key));
+        out.push(b':');
+        let keys_len = scratch.keys.len();
+        let result = value.serialize(self.inner.reborrow());
+        let Canonical { out, scratch } = &mut self.inner;
+        // Whatever a nested object left (it only does on error) is not this object's.
+        scratch.entries.truncate(depth);
+        scratch.keys.truncate(keys_len);
+        result?;
+        scratch.entries.push(Entry {
+            key,
+            prefix,
+            start,
+            end: out.len(),
+        });
         Ok(())
     }
 
     fn close(self) -> Result<(), CanonicalError> {
         let ObjectWriter {
-            out,
+            inner: Canonical { out, scratch },
             body_start,
-            keys,
-            entries,
+            entries_base,
+            keys_base,
             in_order,
             wrapped,
             ..
         } = self;
         if !in_order {
-            let key_of = |e: &Entry| key_text(&keys, e.key);
-            let mut order: Vec<&Entry> = entries.iter().collect();
-            // Stable: members with equal keys stay in arrival order, and the last one wins,
-            // as when `serde_json::to_value` inserts them into its map.
-            order.sort_by(|a, b| jcs_cmp(key_of(a), key_of(b)));
-            let body = out.split_off(body_start);
-            let mut first = true;
-            for (i, entry) in order.iter().enumerate() {
-                let superseded = order
-                    .get(i + 1)
-                    .is_some_and(|next| key_of(next) == key_of(entry));
-                if superseded {
-                    continue;
-                }
-                if !first {
-                    out.push(b',');
-                }
-                first = false;
-                let range = (entry.start - body_start)..(entry.end - body_start);
-                out.extend_from_slice(body.get(range).unwrap_or_default());
-            }
+            reorder(out, scratch, body_start, entries_base);
         }
+        scratch.entries.truncate(entries_base);
+        scratch.keys.truncate(keys_base);
         out.push(b'}');
         if wrapped {
             out.push(b'}');
@@ -916,16 +1234,184 @@ impl<'a> ObjectWriter<'a> {
     }
 }
 
+/// Puts the members `scratch.entries[base..]`, written from `body_start` to the end of
+/// `out` in arrival order, into JCS order. Of members with equal keys only the last to
+/// arrive is kept, as when `serde_json::to_value` inserts them into its map.
+fn reorder(out: &mut Vec<u8>, scratch: &mut Scratch, body_start: usize, base: usize) {
+    let Scratch {
+        entries,
+        keys,
+        body,
+    } = scratch;
+    let Some(members) = entries.get_mut(base..) else {
+        return;
+    };
+    let mut order = [0_u8; 16];
+    let ranked = rank_by_prefix(members, &mut order);
+    if ranked {
+        let sorted = |k: usize| {
+            let i = order.get(k)?;
+            members.get(usize::from(*i)).copied()
+        };
+        if permute_in_place(out, body, body_start, members.len(), sorted) {
+            return;
+        }
+    }
+    // Ties broken by arrival (offsets are distinct): the order of a stable sort, without
+    // the buffer a stable sort allocates.
+    members.sort_unstable_by(|a, b| {
+        key_order(keys, a.key, a.prefix, b.key, b.prefix).then(a.start.cmp(&b.start))
+    });
+    if !ranked {
+        let distinct = members.windows(2).all(|w| match w {
+            [a, b] => a.prefix != b.prefix || key_text(keys, a.key) != key_text(keys, b.key),
+            _ => true,
+        });
+        let sorted = |k: usize| members.get(k).copied();
+        if distinct && permute_in_place(out, body, body_start, members.len(), sorted) {
+            return;
+        }
+    }
+    // General case (repeated keys): rebuild the body from a copy, skipping superseded
+    // members.
+    body.clear();
+    body.extend_from_slice(out.get(body_start..).unwrap_or_default());
+    out.truncate(body_start);
+    let mut first = true;
+    for (i, entry) in members.iter().enumerate() {
+        let superseded = members
+            .get(i + 1)
+            .is_some_and(|next| key_text(keys, next.key) == key_text(keys, entry.key));
+        if superseded {
+            continue;
+        }
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        let range = (entry.start - body_start)..(entry.end - body_start);
+        out.extend_from_slice(body.get(range).unwrap_or_default());
+    }
+}
+
+/// The JCS order of `members` without sorting them, when their keys are told apart by
+/// their ASCII [`key_prefix`]es alone (the common case: struct field names, short map
+/// keys): `order[k]` is the index of the member at sorted position `k`, a member's
+/// position being the number of members with a smaller prefix.
+///
+/// `false` for more than 16 members, a non-ASCII prefix or two equal prefixes. (`order`
+/// is filled in place: returning the array would load it whole right after its bytes
+/// were stored one by one, a store-forwarding stall.)
+fn rank_by_prefix(members: &[Entry], order: &mut [u8; 16]) -> bool {
+    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
+    if members.len() > 16 {
+        return false;
+    }
+    // Branch-free counting: which prefix is smaller is data, not a predictable branch.
+    let mut high = 0;
+    let mut equal = 0;
+    for (i, m) in members.iter().enumerate() {
+        high |= m.prefix;
+        let mut rank = 0;
+        for other in members {
+            rank += usize::from(other.prefix < m.prefix);
+            equal += usize::from(other.prefix == m.prefix);
+        }
+        if let (Some(slot), Ok(i)) = (order.get_mut(rank), u8::try_from(i)) {
+            *slot = i;
+        }
+    }
+    // Each member's prefix equals its own once; a higher count means two are equal (and
+    // `order` may then have gaps).
+    high & HIGHS == 0 && equal == members.len()
+}
+
+/// Reorders `n` members with distinct keys inside `out`, `sorted(k)` being the member at
+/// sorted position `k`, without moving the members already in their final place at
+/// either end: only the span from the first misplaced member to the last one is copied
+/// out and written back. A struct whose big last field sorts last (say `{"id",
+/// "currency", "lines"}`) thus never copies that field.
+///
+/// Returns `false`, having changed nothing, if the body is not exactly the members joined
+/// by commas (possible only after a `Serialize` impl swallowed an error); the caller then
+/// rebuilds the body from the members alone.
+fn permute_in_place(
+    out: &mut [u8],
+    body: &mut Vec<u8>,
+    body_start: usize,
+    n: usize,
+    sorted: impl Fn(usize) -> Option<Entry>,
+) -> bool {
+    // Members already in place at the front: the member at sorted position `lo` starts
+    // where the `lo`-th member to arrive starts (offsets identify members).
+    let mut lo = 0;
+    let mut span_start = body_start;
+    while let Some(m) = sorted(lo) {
+        if m.start != span_start {
+            break;
+        }
+        span_start = m.end + 1;
+        lo += 1;
+    }
+    // And at the back.
+    let mut hi = n;
+    let mut span_end = out.len();
+    while hi > lo {
+        let Some(m) = sorted(hi - 1) else {
+            return false;
+        };
+        if m.end != span_end {
+            break;
+        }
+        span_end = m.start.saturating_sub(1);
+        hi -= 1;
+    }
+    if lo >= hi {
+        return true;
+    }
+    let mut joined = hi - lo - 1;
+    for k in lo..hi {
+        let Some(m) = sorted(k) else {
+            return false;
+        };
+        joined += m.end - m.start;
+    }
+    if span_end.checked_sub(span_start) != Some(joined) {
+        return false;
+    }
+    body.clear();
+    body.extend_from_slice(out.get(span_start..span_end).unwrap_or_default());
+    let mut at = span_start;
+    for k in lo..hi {
+        let Some(m) = sorted(k) else {
+            return false;
+        };
+        if k > lo {
+            if let Some(comma) = out.get_mut(at) {
+                *comma = b',';
+            }
+            at += 1;
+        }
+        let len = m.end - m.start;
+        let src = body.get(m.start - span_start..m.end - span_start);
+        let dst = out.get_mut(at..at + len);
+        if let (Some(dst), Some(src)) = (dst, src) {
+            dst.copy_from_slice(src);
+        }
+        at += len;
+    }
+    true
+}
+
 impl ser::SerializeMap for ObjectWriter<'_> {
     type Ok = ();
     type Error = CanonicalError;
 
     fn serialize_key<T: ?Sized + Serialize>(&mut self, key: &T) -> Result<(), CanonicalError> {
-        let start = self.keys.len();
-        key.serialize(MapKey {
-            out: &mut self.keys,
-        })?;
-        self.pending_key = Some(KeyRef::Owned(start, self.keys.len()));
+        let keys = &mut self.inner.scratch.keys;
+        let start = keys.len();
+        key.serialize(MapKey { out: &mut *keys })?;
+        self.pending_key = Some(KeyRef::Owned(start, keys.len()));
         Ok(())
     }
 
@@ -962,9 +1448,9 @@ impl ser::SerializeStructVariant for ObjectWriter<'_> {
 enum StructWriter<'a> {
     Object(ObjectWriter<'a>),
     /// `serde_json::Number` under `arbitrary_precision`: one field holding the number text.
-    Number(&'a mut Vec<u8>),
+    Number(Canonical<'a>),
     /// `serde_json::value::RawValue` under `raw_value`: one field holding JSON text.
-    RawValue(&'a mut Vec<u8>),
+    RawValue(Canonical<'a>),
 }
 
 impl ser::SerializeStruct for StructWriter<'_> {
@@ -978,15 +1464,15 @@ impl ser::SerializeStruct for StructWriter<'_> {
     ) -> Result<(), CanonicalError> {
         match self {
             StructWriter::Object(object) => object.member(KeyRef::Static(key), value),
-            StructWriter::Number(out) => {
+            StructWriter::Number(inner) => {
                 let text = capture_string(value)?;
-                write_number_text(out, &text)
+                write_number_text(inner.out, &text)
             }
-            StructWriter::RawValue(out) => {
+            StructWriter::RawValue(inner) => {
                 let text = capture_string(value)?;
                 let parsed: serde_json::Value = serde_json::from_str(&text)
                     .map_err(|e| CanonicalError::Custom(format!("invalid raw JSON value: {e}")))?;
-                parsed.serialize(Canonical { out })
+                parsed.serialize(inner.reborrow())
             }
         }
     }
@@ -2115,14 +2601,14 @@ mod tests {
         };
         let doc = build().finish_document(None, "tool", 3);
         let key = build().finish(None, "tool", 3);
-        assert_eq!(key, hex_lower(&Sha256::digest(&doc)));
+        assert_eq!(key, hex_lower(&Sha256::digest(&doc).into()));
         assert_eq!(key.len(), 64);
         assert!(key
             .bytes()
             .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
         // sha256("abc"), FIPS 180-2 test vector: pins the hex encoding.
         assert_eq!(
-            hex_lower(&Sha256::digest(b"abc")),
+            hex_lower(&Sha256::digest(b"abc").into()),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
     }
