@@ -20,7 +20,8 @@ use crate::store::{ClaimOutcome, ClaimRequest, Completion, Store, StoreError};
 #[derive(Debug)]
 pub struct Call {
     spec: &'static ToolSpec,
-    key: Arc<str>,
+    /// A `String`: replays never need it shared; a body that runs gets an `Arc` copy.
+    key: String,
     scope: Option<Arc<str>>,
     /// [`FINGERPRINT_PREFIX`] and a truncated SHA-256 of `args`.
     fingerprint: String,
@@ -129,7 +130,7 @@ impl CallBuilder {
         let key = self.key.finish(scope.as_deref(), spec.name, spec.version);
         Ok(Call {
             spec,
-            key: Arc::from(key),
+            key,
             scope,
             fingerprint: fingerprint(&args),
             args,
@@ -240,7 +241,7 @@ impl Call {
     fn store_error(&self, e: StoreError) -> Error {
         Error::Store {
             tool: self.spec.name.to_owned(),
-            key: self.key.to_string(),
+            key: self.key.clone(),
             message: e.to_string(),
         }
     }
@@ -261,7 +262,7 @@ impl Call {
         tracing::info!(tool = self.spec.name, key = %self.key, decision = "rejected", reason = "key_reused", "tool-contracts: key reused with other arguments");
         Error::KeyReused {
             tool: self.spec.name.to_owned(),
-            key: self.key.to_string(),
+            key: self.key.clone(),
             params,
             key_fields: self
                 .spec
@@ -494,7 +495,7 @@ where
         Ok(call) => call,
         Err(e) => return Err(fail(e)),
     };
-    report(&slot, |r| r.key = Some(call.key.to_string()));
+    report(&slot, |r| r.key = Some(call.key.clone()));
     if let Err(e) = crate::run::journal_tool_call(call.spec.name, &call.key).await {
         return Err(fail(e));
     }
@@ -544,7 +545,7 @@ where
                     tracing::info!(tool = spec.name, key = %call.key, decision = "rejected", reason = "in_progress", "tool-contracts: duplicate while in progress");
                     return Err(fail(Error::InProgress {
                         tool: spec.name.to_owned(),
-                        key: call.key.to_string(),
+                        key: call.key.clone(),
                         lease_remaining_ms: u64::try_from(lease_remaining.as_millis())
                             .unwrap_or(u64::MAX),
                     }));
@@ -576,7 +577,7 @@ where
                         tracing::warn!(tool = spec.name, key = %call.key, decision = "rejected", reason = "outcome_unknown", "tool-contracts: an earlier call was abandoned mid-run");
                         return Err(fail(Error::OutcomeUnknown {
                             tool: spec.name.to_owned(),
-                            key: call.key.to_string(),
+                            key: call.key.clone(),
                         }));
                     }
                     OnUnknown::Rerun => {
@@ -591,7 +592,7 @@ where
     tracing::debug!(tool = spec.name, key = %call.key, decision = "executed", "tool-contracts: running tool body");
     let attempt = RECONCILING.scope(
         reconcile,
-        ambient::with_current_key(Arc::clone(&call.key), attempt),
+        ambient::with_current_key(Arc::from(call.key.as_str()), attempt),
     );
     let result = match with_heartbeat(&*store, &call, token, attempt).await {
         Attempt::Ran(result) => result,
@@ -614,7 +615,7 @@ where
                 abandon(&*store, &call, token).await;
                 let e = Error::Codec {
                     tool: spec.name.to_owned(),
-                    key: call.key.to_string(),
+                    key: call.key.clone(),
                     message: format!("the result cannot be stored as JSON ({e}); the key is left as an unknown outcome"),
                 };
                 return Err(fail(e));
@@ -656,7 +657,7 @@ fn replay<T, E>(
     let codec = |what: &str, e: serde_json::Error| {
         Replayed::Contract(Error::Codec {
             tool: call.spec.name.to_owned(),
-            key: call.key.to_string(),
+            key: call.key.clone(),
             message: format!(
                 "the stored {what} no longer decodes ({e}); the tool's types changed since it was stored: bump the tool's `version` so old results are never replayed"
             ),
@@ -670,7 +671,7 @@ fn replay<T, E>(
         Some(Err(e)) => Err(codec("error", e)),
         None => Err(Replayed::Contract(Error::Codec {
             tool: call.spec.name.to_owned(),
-            key: call.key.to_string(),
+            key: call.key.clone(),
             message: "a stored error was found but the tool no longer sets `cache_errors = true`; bump the tool's `version`".to_owned(),
         })),
     }
