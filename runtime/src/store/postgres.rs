@@ -438,6 +438,17 @@ impl Sql {
                  ev_token = r.ev_token || {token}, ev_worker = r.ev_worker || {worker}"
             )
         };
+        // A new claim's row, with its `claimed` event; `c` is the clock and `t.tok` the
+        // token (the two claim statements draw it differently).
+        let insert_claim = format!(
+            "INSERT INTO {records} AS r (key, tool, scope, fingerprint, args, worker,
+                 state, token, lease_expires_at, is_error, created_at, expires_at,
+                 ev_at, ev_kind, ev_token, ev_worker)
+             SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text,
+                 'in_progress', t.tok,
+                 c.now + $7::bigint {us}, false, c.now, c.now + $8::bigint {us},
+                 ARRAY[c.now], ARRAY['claimed'::text], ARRAY[t.tok], ARRAY[$6::text]"
+        );
         let claim = |takeover: bool| {
             let (tk, tk_won, tk_gate) = if takeover {
                 (
@@ -487,13 +498,7 @@ impl Sql {
                      RETURNING {returning}
                  ),
                  ins AS (
-                     INSERT INTO {records} AS r (key, tool, scope, fingerprint, args, worker,
-                         state, token, lease_expires_at, is_error, created_at, expires_at,
-                         ev_at, ev_kind, ev_token, ev_worker)
-                     SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text,
-                         'in_progress', t.tok,
-                         c.now + $7::bigint {us}, false, c.now, c.now + $8::bigint {us},
-                         ARRAY[c.now], ARRAY['claimed'::text], ARRAY[t.tok], ARRAY[$6::text]
+                     {insert_claim}
                      FROM clock c, tok t
                      WHERE NOT EXISTS (SELECT 1 FROM cur)
                      ON CONFLICT (key) DO NOTHING
@@ -519,13 +524,7 @@ impl Sql {
         let claim_fast = format!(
             "WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS now),
              ins AS (
-                 INSERT INTO {records} AS r (key, tool, scope, fingerprint, args, worker,
-                     state, token, lease_expires_at, is_error, created_at, expires_at,
-                     ev_at, ev_kind, ev_token, ev_worker)
-                 SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text,
-                     'in_progress', t.tok,
-                     c.now + $7::bigint {us}, false, c.now, c.now + $8::bigint {us},
-                     ARRAY[c.now], ARRAY['claimed'::text], ARRAY[t.tok], ARRAY[$6::text]
+                 {insert_claim}
                  FROM clock c, (SELECT nextval('{token_seq}') AS tok) t
                  WHERE NOT EXISTS (SELECT 1 FROM {records} WHERE key = $1)
                  ON CONFLICT (key) DO NOTHING
