@@ -156,27 +156,67 @@ pub async fn big_note(user_id: u64, note: String) -> Result<usize, BadError> {
 
 const SIXTEEN_MIB: usize = 16 * 1024 * 1024;
 
-/// There is no size limit on arguments in the runtime today: 16 MiB arguments are accepted,
-/// stored (the store keeps the arguments for reconciliation) and replayed, in bounded time.
-/// This test pins that behaviour so adding a limit is a visible decision.
+/// Arguments over the process's limit (default 1 MiB of canonical JSON) are refused before
+/// anything is claimed or run, with an error that names the size, the limit and the remedy;
+/// a raised limit lets the same call through, stored whole and replayed. One test, since
+/// the limit is process-wide.
 #[tokio::test]
-async fn sixteen_mib_arguments_are_accepted_stored_and_replayed_in_bounded_time() {
-    let store = Arc::new(MemoryStore::new());
+async fn sixteen_mib_arguments_are_refused_over_the_limit_and_accepted_under_a_raised_one() {
     let note = "x".repeat(SIXTEEN_MIB);
     let args = json!({"user_id": 1, "note": note});
+    assert_eq!(
+        tool_contracts::max_argument_bytes(),
+        tool_contracts::DEFAULT_MAX_ARGUMENT_BYTES
+    );
+    let store = Arc::new(MemoryStore::new());
+    let err = with_store(
+        Arc::clone(&store),
+        registry().call("big_note", args.clone()),
+    )
+    .await
+    .unwrap_err();
+    let Error::InvalidArguments {
+        tool,
+        field,
+        message,
+    } = &err
+    else {
+        panic!("expected InvalidArguments, got {err:?}");
+    };
+    assert_eq!(
+        (tool.as_str(), field.as_deref()),
+        ("big_note", Some("note"))
+    );
+    assert!(
+        message.contains("over this process's limit of 1048576 bytes")
+            && message.contains("set_max_argument_bytes"),
+        "{message}"
+    );
+    assert!(message.len() < 1024, "{} bytes", message.len());
+    assert_eq!(BIG_RUNS.load(SeqCst), 0, "nothing ran");
+    assert!(store.is_empty(), "nothing was claimed");
+    // Just under the limit passes.
+    let fits = json!({"user_id": 2, "note": "y".repeat(1024 * 1024 - 64)});
+    with_store(Arc::clone(&store), registry().call("big_note", fits))
+        .await
+        .unwrap();
+    assert_eq!(BIG_RUNS.load(SeqCst), 1);
+
+    tool_contracts::set_max_argument_bytes(32 * 1024 * 1024);
+    let store = Arc::new(MemoryStore::new());
     let started = Instant::now();
     let first = with_store(
         Arc::clone(&store),
         registry().call("big_note", args.clone()),
     )
-    .await
-    .unwrap();
+    .await;
     let second = with_store(
         Arc::clone(&store),
         registry().call("big_note", args.clone()),
     )
-    .await
-    .unwrap();
+    .await;
+    tool_contracts::set_max_argument_bytes(tool_contracts::DEFAULT_MAX_ARGUMENT_BYTES);
+    let (first, second) = (first.unwrap(), second.unwrap());
     assert!(
         started.elapsed() < Duration::from_secs(30),
         "{:?}",
@@ -184,14 +224,16 @@ async fn sixteen_mib_arguments_are_accepted_stored_and_replayed_in_bounded_time(
     );
     assert_eq!(first.value, json!(SIXTEEN_MIB + 1));
     assert!(second.replayed);
-    assert_eq!(BIG_RUNS.load(SeqCst), 1);
+    assert_eq!(BIG_RUNS.load(SeqCst), 2);
     let record = store.lookup(&first.key).await.unwrap().unwrap();
     assert!(
         record.args.len() > SIXTEEN_MIB,
         "the arguments are stored whole"
     );
+}
 
-    // 16 MiB of the wrong type is refused like any wrong type, naming the field.
+#[tokio::test]
+async fn sixteen_mib_of_the_wrong_type_is_refused_naming_the_field_in_a_short_message() {
     let mut args = valid_args();
     args["user_id"] = Value::String("9".repeat(SIXTEEN_MIB));
     let err = refused(args).await;

@@ -2,6 +2,7 @@
 //! body) the key of the call being executed.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Once, RwLock};
 
 use crate::store::{MemoryStore, Store};
@@ -22,6 +23,26 @@ pub(crate) struct Scope {
 
 static DEFAULT_STORE: RwLock<Option<Arc<dyn Store>>> = RwLock::new(None);
 static FALLBACK_WARNING: Once = Once::new();
+
+/// The default of [`set_max_argument_bytes`]: 1 MiB of canonical JSON.
+pub const DEFAULT_MAX_ARGUMENT_BYTES: usize = 1024 * 1024;
+
+static MAX_ARGUMENT_BYTES: AtomicUsize = AtomicUsize::new(DEFAULT_MAX_ARGUMENT_BYTES);
+
+/// Sets the largest arguments document (the canonical JSON of a call's arguments, which
+/// every store keeps with the record) that a mutating tool accepts, in bytes, for the whole
+/// process. A larger call fails with [`Error::InvalidArguments`](crate::Error) before
+/// anything is claimed or run. Default [`DEFAULT_MAX_ARGUMENT_BYTES`]: arguments are
+/// stored with every record and read on reconciliation, so bulk content belongs behind a
+/// reference (an id, a URL) rather than in a tool's arguments.
+pub fn set_max_argument_bytes(limit: usize) {
+    MAX_ARGUMENT_BYTES.store(limit, Ordering::Relaxed);
+}
+
+/// The limit [`set_max_argument_bytes`] set.
+pub fn max_argument_bytes() -> usize {
+    MAX_ARGUMENT_BYTES.load(Ordering::Relaxed)
+}
 
 /// Installs the store every call in this process uses, unless a task installed its own
 /// with [`with_store`]. Replaces any store installed before.

@@ -87,6 +87,20 @@ impl CallBuilder {
                 field: Some(name.to_owned()),
                 message: format!("the value cannot be written as JSON: {e}"),
             });
+            return;
+        }
+        let limit = ambient::max_argument_bytes();
+        // `+ 1` for the closing brace `finish` adds.
+        if self.args.len() + 1 > limit {
+            let size = self.args.len() + 1;
+            self.args = Vec::new();
+            self.error = Some(Error::InvalidArguments {
+                tool: self.spec.name.to_owned(),
+                field: Some(name.to_owned()),
+                message: format!(
+                    "the arguments take {size} bytes of JSON, over this process's limit of {limit} bytes (every store keeps them with the record); send a reference to the content (an id, a URL) instead of the content, or raise the limit with `tool_contracts::set_max_argument_bytes`"
+                ),
+            });
         }
     }
 

@@ -25,7 +25,8 @@ pub mod store;
 pub mod __private;
 
 pub use ambient::{
-    current_key, current_key_uuid, set_default_store, with_scope, with_store, worker_id,
+    current_key, current_key_uuid, max_argument_bytes, set_default_store, set_max_argument_bytes,
+    with_scope, with_store, worker_id, DEFAULT_MAX_ARGUMENT_BYTES,
 };
 pub use error::Error;
 pub use recovery::{recover, recover_once, RecoveryReport};
