@@ -102,10 +102,25 @@ pub async fn found_verify(id: &u64, cents: &u64) -> Result<Option<String>, BankE
 async fn an_abandoned_call_whose_effect_happened_is_reconciled_not_run_again() {
     with_store(MemoryStore::new(), async {
         abandon_first_call(found_transfer(1, 500)).await;
-        let reconciled = found_transfer(1, 500).await.unwrap();
-        assert_eq!(reconciled, "sent 500 for 1 (run 0)", "verify's result");
+        // Through the registry, so the output says how the result came to be.
+        let args = serde_json::json!({"id": 1, "cents": 500});
+        let out = tool_contracts::registry()
+            .call("found_transfer", args.clone())
+            .await
+            .unwrap();
+        assert_eq!(out.value, "sent 500 for 1 (run 0)", "verify's result");
+        assert!(out.reconciled && !out.replayed, "{out:?}");
         // The reconciled result is stored: later retries replay it without verifying.
-        assert_eq!(found_transfer(1, 500).await.unwrap(), reconciled);
+        let again = tool_contracts::registry()
+            .call("found_transfer", args)
+            .await
+            .unwrap();
+        assert_eq!(again.value, out.value);
+        assert!(again.replayed && !again.reconciled, "{again:?}");
+        assert_eq!(
+            found_transfer(1, 500).await.unwrap(),
+            "sent 500 for 1 (run 0)"
+        );
     })
     .await;
     assert_eq!(FOUND_RUNS.load(SeqCst), 1, "the body never ran again");

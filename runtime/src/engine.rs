@@ -322,6 +322,8 @@ fn differing_params(ours: &str, theirs: Option<&str>) -> Vec<String> {
 pub(crate) struct CallReport {
     pub(crate) key: Option<String>,
     pub(crate) replayed: bool,
+    /// `verify` found the effect of an abandoned earlier call: its result was stored.
+    pub(crate) reconciled: bool,
     pub(crate) error: Option<Error>,
 }
 
@@ -612,6 +614,7 @@ where
         Attempt::Ran(result) => result,
         Attempt::Verified(value) => {
             tracing::info!(tool = spec.name, key = %call.key, decision = "reconciled", "tool-contracts: verify found the effect of the abandoned call");
+            report(&slot, |r| r.reconciled = true);
             Ok(value)
         }
         Attempt::VerifyFailed(e) => {

@@ -25,7 +25,8 @@
 //!   tool's own errors are results with `isError: true` whose text says what happened,
 //!   which key, and what to do next. An unknown tool is a JSON-RPC error (`-32602`).
 //!   Every result carries `_meta["dev.tool-contracts/call"]`:
-//!   `{"outcome": "executed" | "replayed" | "rejected" | "failed", "replayed", "key", …}`.
+//!   `{"outcome": "executed" | "replayed" | "reconciled" | "rejected" | "failed", "replayed",
+//!   "key", …}`.
 //! - A client may send its own intent key, as `params.idempotencyKey` or
 //!   `params._meta["dev.tool-contracts/idempotencyKey"]` (1 to 255 characters, no control
 //!   characters). It is folded into the key as a scope `client:<key>` inside any scope the
@@ -299,8 +300,16 @@ impl McpServer {
             value,
             key,
             replayed,
+            reconciled,
             ..
         } = output;
+        let outcome = if replayed {
+            "replayed"
+        } else if reconciled {
+            "reconciled"
+        } else {
+            "executed"
+        };
         let structured = match shape {
             OutputShape::Object => Some(value),
             OutputShape::Wrapped => Some(json!({ WRAPPED_RESULT_FIELD: value })),
@@ -308,12 +317,7 @@ impl McpServer {
             OutputShape::Unknown => {
                 let text = value.to_string();
                 let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
-                result.meta = Some(call_meta(
-                    if replayed { "replayed" } else { "executed" },
-                    &key,
-                    client_key,
-                    None,
-                ));
+                result.meta = Some(call_meta(outcome, &key, client_key, None));
                 return result;
             }
         };
@@ -322,12 +326,7 @@ impl McpServer {
             .map_or_else(String::new, Value::to_string);
         let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
         result.structured_content = structured;
-        result.meta = Some(call_meta(
-            if replayed { "replayed" } else { "executed" },
-            &key,
-            client_key,
-            None,
-        ));
+        result.meta = Some(call_meta(outcome, &key, client_key, None));
         result
     }
 

@@ -253,6 +253,10 @@ pub struct ToolOutput {
     pub key: String,
     /// Whether the result was replayed from the store rather than produced by running the tool.
     pub replayed: bool,
+    /// Whether an earlier call of this intent had been abandoned (its worker died mid-call)
+    /// and the tool's `verify` found its effect: the result is that call's, now stored, and
+    /// the body did not run.
+    pub reconciled: bool,
 }
 
 /// Every tool an agent may call, by name, with the context values tools need.
@@ -371,6 +375,7 @@ impl Registry {
                 value,
                 key: String::new(),
                 replayed: false,
+                reconciled: false,
             });
         }
         let slot = Arc::new(Mutex::new(CallReport::default()));
@@ -383,6 +388,7 @@ impl Registry {
                 value,
                 key,
                 replayed: report.replayed,
+                reconciled: report.reconciled,
             }),
             // The engine's own verdict is more precise than the tool error it became.
             (Err(_), Some(engine_error)) => Err(engine_error),

@@ -360,6 +360,10 @@ async def a_crash_after_the_effect_is_reconciled_or_reported_unknown(h: Harness)
                 check(not retry.is_error, f"retry {attempt} with verify failed: {text_of(retry)}")
                 check(retry.structured_content["charge_id"] == charged["charge_id"], f"not the reconciled charge: {retry.structured_content}")
                 check(meta["key"] == charged["key"], f"retry key {meta['key']} != the charge's {charged['key']}")
+                # The first retry takes the dead call over and verify finds the charge; the
+                # second replays what the first stored.
+                expected = "reconciled" if attempt == 0 else "replayed"
+                check(meta["outcome"] == expected, f"retry {attempt}: outcome {meta['outcome']}, expected {expected}")
             else:
                 check(contract["onUnknown"] == "fail", f"unexpected contract: {contract}")
                 check(retry.is_error is True, f"retry {attempt} without verify did not report the unknown outcome: {retry}")
