@@ -13,6 +13,10 @@
 #[path = "common/mod.rs"]
 mod common;
 
+#[allow(dead_code)]
+#[path = "common/tool.rs"]
+mod tool;
+
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -20,60 +24,9 @@ use std::time::Instant;
 
 use cached::proc_macro::cached;
 use criterion::{criterion_group, criterion_main, Criterion};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 use serde_json::json;
-use tool_contracts::{mutating_tool, registry, with_store, MemoryStore};
-
-/// A cart, as an agent sends it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-pub struct Cart {
-    /// Cart id: part of the intent.
-    pub id: String,
-    /// Items.
-    pub items: Vec<String>,
-}
-
-/// The (small) result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub struct Order {
-    /// Order number.
-    pub order_id: u64,
-    /// Cart it was made from.
-    pub cart_id: String,
-    /// Total.
-    pub total_cents: u64,
-}
-
-/// The tool's error type.
-#[derive(Debug, thiserror::Error)]
-pub enum BenchError {
-    /// A contract failure.
-    #[error(transparent)]
-    Contract(#[from] tool_contracts::Error),
-}
-
-fn cart(id: &str) -> Cart {
-    Cart {
-        id: id.to_owned(),
-        items: vec!["book".to_owned()],
-    }
-}
-
-fn body(user_id: u64, cart: Cart) -> Order {
-    Order {
-        order_id: user_id * 10 + 1,
-        cart_id: cart.id,
-        total_cents: 4999,
-    }
-}
-
-/// Place an order (deduplicated).
-#[mutating_tool(idempotency_key_fields = [user_id, cart.id])]
-pub async fn create_order(user_id: u64, cart: Cart, note: String) -> Result<Order, BenchError> {
-    let _ = note;
-    Ok(body(user_id, cart))
-}
+use tool::{body, cart, create_order, BenchError, Cart, Order};
+use tool_contracts::{registry, with_store, MemoryStore};
 
 /// The same function, bare.
 async fn bare_create_order(user_id: u64, cart: Cart, note: String) -> Result<Order, BenchError> {

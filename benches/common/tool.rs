@@ -43,15 +43,20 @@ pub fn cart(id: &str) -> Cart {
     }
 }
 
+/// What the tool does, shared with the bare and memoized variants `dedup_path` compares.
+pub fn body(user_id: u64, cart: Cart) -> Order {
+    Order {
+        order_id: user_id * 10 + 1,
+        cart_id: cart.id,
+        total_cents: 4999,
+    }
+}
+
 /// Place an order (deduplicated).
 #[mutating_tool(idempotency_key_fields = [user_id, cart.id])]
 pub async fn create_order(user_id: u64, cart: Cart, note: String) -> Result<Order, BenchError> {
     let _ = note;
-    Ok(Order {
-        order_id: user_id * 10 + 1,
-        cart_id: cart.id,
-        total_cents: 4999,
-    })
+    Ok(body(user_id, cart))
 }
 
 /// One call of the tool for `user_id`, in the ambient store; panics on a contract error.

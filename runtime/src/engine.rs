@@ -188,15 +188,11 @@ fn fingerprint(args: &str) -> String {
 /// The fingerprint format before [`FINGERPRINT_PREFIX`]: `name=<12-byte digest>` per
 /// parameter, joined by `;`. `None` if `args` is not an object (it always is).
 fn legacy_fingerprint(args: &str) -> Option<String> {
-    let map: serde_json::Map<String, serde_json::Value> = serde_json::from_str(args).ok()?;
     let mut out = String::new();
     let mut scratch = Vec::new();
-    // `args` lists parameters in declaration order and serde_json's map keeps them sorted,
-    // so walk the document's own order through the raw names.
-    for name in arg_names(args)? {
-        let value = map.get(&name)?;
+    for (name, value) in args_in_order(args)? {
         scratch.clear();
-        key::write_canonical(value, &mut scratch).ok()?;
+        key::write_canonical(&value, &mut scratch).ok()?;
         if !out.is_empty() {
             out.push(';');
         }
@@ -207,27 +203,28 @@ fn legacy_fingerprint(args: &str) -> Option<String> {
     Some(out)
 }
 
-/// The parameter names of an arguments document, in its order.
-fn arg_names(args: &str) -> Option<Vec<String>> {
-    struct Names(Vec<String>);
-    impl<'de> serde::de::Visitor<'de> for Names {
-        type Value = Vec<String>;
+/// An arguments document's parameters with their values, in the document's order
+/// (declaration order; serde_json's own map would sort them).
+fn args_in_order(args: &str) -> Option<Vec<(String, serde_json::Value)>> {
+    struct InOrder;
+    impl<'de> serde::de::Visitor<'de> for InOrder {
+        type Value = Vec<(String, serde_json::Value)>;
         fn expecting(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
             f.write_str("an arguments object")
         }
         fn visit_map<A: serde::de::MapAccess<'de>>(
-            mut self,
+            self,
             mut map: A,
         ) -> Result<Self::Value, A::Error> {
-            while let Some(name) = map.next_key::<String>()? {
-                map.next_value::<serde::de::IgnoredAny>()?;
-                self.0.push(name);
+            let mut params = Vec::new();
+            while let Some(entry) = map.next_entry()? {
+                params.push(entry);
             }
-            Ok(self.0)
+            Ok(params)
         }
     }
     let mut de = serde_json::Deserializer::from_str(args);
-    serde::Deserializer::deserialize_map(&mut de, Names(Vec::new())).ok()
+    serde::Deserializer::deserialize_map(&mut de, InOrder).ok()
 }
 
 fn push_hex(out: &mut String, bytes: &[u8]) {
@@ -291,24 +288,27 @@ impl Call {
 /// The parameters whose values differ between two arguments documents, ours in
 /// declaration order, then those only the first call had.
 fn differing_params(ours: &str, theirs: Option<&str>) -> Vec<String> {
-    type Args = serde_json::Map<String, serde_json::Value>;
-    let parsed = |doc: &str| serde_json::from_str::<Args>(doc).ok();
-    let (Some(our_map), Some(their_map), Some(order)) =
-        (parsed(ours), theirs.and_then(parsed), arg_names(ours))
-    else {
+    let (Some(ours), Some(theirs)) = (args_in_order(ours), theirs.and_then(args_in_order)) else {
         // Only on a store that lost the record between two reads, or arguments nested
         // deeper than serde_json parses: say so rather than guess.
         return vec!["(the first call's arguments could not be read back to compare)".to_owned()];
     };
-    let mut names: Vec<String> = order
-        .into_iter()
-        .filter(|name| our_map.get(name) != their_map.get(name))
+    fn value_in<'a>(
+        params: &'a [(String, serde_json::Value)],
+        name: &str,
+    ) -> Option<&'a serde_json::Value> {
+        params.iter().find(|(n, _)| n == name).map(|(_, v)| v)
+    }
+    let mut names: Vec<String> = ours
+        .iter()
+        .filter(|(name, value)| value_in(&theirs, name) != Some(value))
+        .map(|(name, _)| name.clone())
         .collect();
     names.extend(
-        their_map
-            .keys()
-            .filter(|name| !our_map.contains_key(*name))
-            .cloned(),
+        theirs
+            .iter()
+            .filter(|(name, _)| value_in(&ours, name).is_none())
+            .map(|(name, _)| name.clone()),
     );
     if names.is_empty() {
         // Same values, different bytes (an encoder change): say so rather than name nothing.

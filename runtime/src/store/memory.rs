@@ -377,13 +377,14 @@ impl Store for MemoryStore {
         let shard = &mut *guard;
         let (kind, history, created_at) = match shard.records.get_mut(hash, req.key) {
             Some(entry) => {
-                let stale = match entry.outcome(now) {
-                    ClaimOutcome::Abandoned { token, .. } => token == stale_token,
+                let outcome = entry.outcome(now);
+                let stale = match &outcome {
+                    ClaimOutcome::Abandoned { token, .. } => *token == stale_token,
                     ClaimOutcome::Completed(_) => entry.expires_at <= now,
                     _ => false,
                 };
                 if !stale {
-                    return Ok(entry.outcome(now));
+                    return Ok(outcome);
                 }
                 wake(&entry.state);
                 let history = core::mem::take(&mut entry.history);

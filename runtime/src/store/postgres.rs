@@ -275,6 +275,14 @@ fn identifier(what: &str, name: &str, max_len: usize) -> Result<String, StoreErr
     }
 }
 
+/// `<prefix><name>`, quoted, in `schema` if there is one: a table, sequence or index name.
+fn qualify(schema: Option<&str>, prefix: &str, name: &str) -> String {
+    match schema {
+        Some(schema) => format!("\"{schema}\".\"{prefix}{name}\""),
+        None => format!("\"{prefix}{name}\""),
+    }
+}
+
 /// The store's qualified object names.
 struct Names {
     schema: Option<String>,
@@ -287,15 +295,12 @@ struct Names {
 
 impl Names {
     fn new(schema: Option<String>, prefix: String) -> Self {
-        let qualify = |name: &str| match &schema {
-            Some(schema) => format!("\"{schema}\".\"{prefix}{name}\""),
-            None => format!("\"{prefix}{name}\""),
-        };
+        let q = |name: &str| qualify(schema.as_deref(), &prefix, name);
         Names {
-            records: qualify("records"),
-            history: qualify("history"),
-            token_seq: qualify("token_seq"),
-            version: qualify("schema_version"),
+            records: q("records"),
+            history: q("history"),
+            token_seq: q("token_seq"),
+            version: q("schema_version"),
             schema,
             prefix,
         }
@@ -319,12 +324,8 @@ impl Names {
             token_seq,
             ..
         } = self;
-        let qualify_index = |name: &str| match schema {
-            Some(schema) => format!("\"{schema}\".\"{prefix}{name}\""),
-            None => format!("\"{prefix}{name}\""),
-        };
-        let old_expires_idx = qualify_index("records_expires_at_idx");
-        let old_pending_idx = qualify_index("records_pending_idx");
+        let old_expires_idx = qualify(schema.as_deref(), prefix, "records_expires_at_idx");
+        let old_pending_idx = qualify(schema.as_deref(), prefix, "records_pending_idx");
         // No CHECK on `state`: readers validate every row and answer
         // `StoreError::Corrupt`, and a later version may add states.
         vec![
