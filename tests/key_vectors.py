@@ -103,10 +103,35 @@ def jcs(value) -> str:
     raise TypeError(f"not a JSON value: {value!r}")
 
 
+class KeyFieldRefused(ValueError):
+    """A key field the spec refuses; `path` names it."""
+
+    def __init__(self, path: str, why: str):
+        super().__init__(f"key field {path!r} {why}")
+        self.path = path
+
+
+def exact(value) -> bool:
+    """The key fields' number rule (spec 3.3): every number, at any depth, is a float of
+    magnitude below 2^53 or an integer in the 64-bit range (-2^63 .. 2^64 - 1). Anything else
+    may already be the rounding of another number when a server parses the JSON."""
+    if value is None or isinstance(value, (bool, str)):
+        return True
+    if isinstance(value, int):
+        return -(2**63) <= value <= 2**64 - 1
+    if isinstance(value, float):
+        return not math.isfinite(value) or abs(value) < 2.0**53
+    if isinstance(value, list):
+        return all(exact(v) for v in value)
+    return all(exact(v) for v in value.values())
+
+
 def key_document(tool: str, version: int, scope, fields: dict) -> str:
     for path, value in fields.items():
+        if not exact(value):
+            raise KeyFieldRefused(path, "holds a number that may not be exact (send it as a string)")
         if jcs(value) in ("null", '""', "[]", "{}"):
-            raise ValueError(f"key field {path!r} is empty")
+            raise KeyFieldRefused(path, "is empty")
     return jcs(
         {
             "contract": TOOL_KEY_CONTRACT,
@@ -213,7 +238,7 @@ INPUTS = [
         },
     },
     {
-        "description": "floats are written per ECMAScript: 19.99, 0.5, 1e-7, 1e+21, 100.0 -> 100, -0.0 -> 0",
+        "description": "floats are written per ECMAScript: 19.99, 0.5, 1e-7, 100.0 -> 100, -0.0 -> 0, and the largest float below 2^53",
         "tool": "charge",
         "version": 1,
         "scope": None,
@@ -221,7 +246,7 @@ INPUTS = [
             "amount": 19.99,
             "rate": 0.5,
             "tiny": 1e-7,
-            "huge": 1e21,
+            "largest": 9007199254740991.0,
             "whole": 100.0,
             "neg_zero": -0.0,
             "lat": 47.3769,
@@ -328,12 +353,46 @@ INPUTS = [
         "scope": "",
         "fields": {"user_id": "u-1001", "cart.id": "c-42"},
     },
+    # Refused: no key. A server that parses JSON into doubles cannot tell these numbers
+    # from their neighbours, so two intents could share a key (spec 3.3).
+    {
+        "description": "refused: a float of magnitude 2^53 or more (1e+21) in a key field",
+        "tool": "charge",
+        "version": 1,
+        "scope": None,
+        "fields": {"amount": 19.99, "huge": 1e21},
+        "error": "huge",
+    },
+    {
+        "description": "refused: an integer beyond the 64-bit range (2^64) in a key field: send it as a string",
+        "tool": "book_by_ref",
+        "version": 1,
+        "scope": None,
+        "fields": {"order_ref": 18446744073709551616},
+        "error": "order_ref",
+    },
+    {
+        "description": "refused: 2^53 as a float, nested in a key field's object",
+        "tool": "place_order",
+        "version": 1,
+        "scope": None,
+        "fields": {"cart": {"ids": [1, 9007199254740992.0]}},
+        "error": "cart",
+    },
 ]
 
 
 def build_vectors() -> list:
     vectors = []
     for spec in INPUTS:
+        if "error" in spec:
+            try:
+                key_document(spec["tool"], spec["version"], spec["scope"], spec["fields"])
+            except KeyFieldRefused as refused:
+                assert refused.path == spec["error"], (refused.path, spec)
+                vectors.append(dict(spec))
+                continue
+            raise AssertionError(f"not refused: {spec['description']}")
         canonical = key_document(spec["tool"], spec["version"], spec["scope"], spec["fields"])
         vectors.append(
             {

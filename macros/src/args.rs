@@ -71,8 +71,12 @@ pub(crate) struct KeyFields {
     pub fields: Vec<KeyField>,
 }
 
-/// One key field: a root identifier followed by zero or more `.member`s.
+/// One key field: a root identifier followed by zero or more `.member`s,
+/// optionally marked `#[intent]` (a field whose name says time or per-attempt
+/// randomness, which the user declares to be part of the intent all the same).
 pub(crate) struct KeyField {
+    /// The `intent` of an `#[intent]` marker, for spanning errors.
+    pub intent: Option<Ident>,
     pub root: Ident,
     pub members: Vec<syn::Member>,
     /// The tokens as written, for spanning errors and generated code.
@@ -399,7 +403,7 @@ fn parse_key_fields(input: ParseStream, errors: &mut Errors) -> syn::Result<KeyF
     let bracket = bracketed!(content in input);
     let mut fields = Vec::new();
     while !content.is_empty() {
-        match parse_key_field(&content) {
+        match parse_key_field(&content, errors) {
             Ok(field) => fields.push(field),
             Err(error) => {
                 errors.push(error);
@@ -423,7 +427,7 @@ fn parse_key_fields(input: ParseStream, errors: &mut Errors) -> syn::Result<KeyF
     Ok(KeyFields { bracket, fields })
 }
 
-fn parse_key_field(input: ParseStream) -> syn::Result<KeyField> {
+fn parse_key_field(input: ParseStream, errors: &mut Errors) -> syn::Result<KeyField> {
     if input.peek(LitStr) {
         let lit: LitStr = input.parse()?;
         return Err(syn::Error::new(
@@ -434,6 +438,7 @@ fn parse_key_field(input: ParseStream) -> syn::Result<KeyField> {
             ),
         ));
     }
+    let intent = parse_intent_marker(input, errors)?;
     if !input.peek(Ident::peek_any) {
         return Err(input.error("expected a parameter name, like `user_id` or `cart.id`"));
     }
@@ -472,10 +477,33 @@ fn parse_key_field(input: ParseStream) -> syn::Result<KeyField> {
         }
     }
     Ok(KeyField {
+        intent,
         root,
         members,
         tokens,
     })
+}
+
+/// `#[intent]` before a key field. Any other attribute there is reported, and the
+/// field is still parsed (so no "empty list" error follows).
+fn parse_intent_marker(input: ParseStream, errors: &mut Errors) -> syn::Result<Option<Ident>> {
+    if !input.peek(Token![#]) {
+        return Ok(None);
+    }
+    let attrs = input.call(syn::Attribute::parse_outer)?;
+    let mut intent = None;
+    for attr in attrs {
+        match (&attr.meta, attr.path().get_ident()) {
+            (syn::Meta::Path(_), Some(ident)) if ident == "intent" && intent.is_none() => {
+                intent = Some(ident.clone());
+            }
+            _ => errors.push(syn::Error::new_spanned(
+                &attr,
+                "the only marker a key field takes is `#[intent]` (once), for a field whose name says time or randomness but which the caller chose, e.g. `[#[intent] slot.starts_at]`",
+            )),
+        }
+    }
+    Ok(intent)
 }
 
 fn tuple_index(text: &str, span: Span) -> syn::Result<syn::Member> {

@@ -289,20 +289,17 @@ fn ops_statements(c: &Contract, ops: &Ident) -> TokenStream {
 
 fn read_only_body(c: &Contract, n: &Names, block: &syn::Block) -> TokenStream {
     let checks = read_only_checks(c);
+    let spec_static = spec_static(c, n);
     let registration = if c.registered() {
-        let spec_static = spec_static(c, n);
-        let registration = registration(c, n);
-        quote! {
-            {
-                #spec_static
-                #registration
-            }
-        }
+        registration(c, n)
     } else {
         TokenStream::new()
     };
     quote! {
-        #registration
+        {
+            #spec_static
+            #registration
+        }
         #checks
         #block
     }
@@ -404,6 +401,10 @@ fn spec_static(c: &Contract, n: &Names) -> TokenStream {
                 column: ::core::column!(),
             },
         };
+        // Every tool's contract, method or not, is known to the duplicate-name check.
+        ::tool_contracts::__private::inventory::submit! {
+            ::tool_contracts::__private::ContractEntry::new(&#spec)
+        }
     }
 }
 
@@ -461,25 +462,24 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
         }
     }
 
-    // The key fields' roots are bound under the user's own names, so the
-    // `key_field` calls below are token-for-token those of the function body:
-    // a key field that is not `Serialize` then yields one diagnostic, not two.
-    let mut roots: Vec<&Ident> = Vec::new();
-    for field in &c.key_fields {
-        if !roots.iter().any(|r| **r == field.root) {
-            roots.push(&field.root);
-        }
-    }
+    // The arguments are bound under the user's own names, so the `key_field`
+    // and `arg` calls below are token-for-token those of the function body: a
+    // type that is not `Serialize` then yields one diagnostic, not two. Every
+    // argument goes through `arg` as in a call, so `key` refuses what the call
+    // refuses (the size limit, values without a JSON form).
+    let arg_names: Vec<&Ident> = json.iter().map(|p| p.ident).collect();
     let key_fields = key_field_calls(c, builder);
+    let arg_calls: TokenStream = json.iter().map(|p| arg_call(p, builder)).collect();
     let key_of_item = match c.kind {
         Kind::Mutating => quote! {
             fn #key_of(
                 #value: &#p::serde_json::Value,
             ) -> ::core::result::Result<::std::string::String, #p::Error> {
                 let #decoded: #args = #p::decode_args(&#spec, #value)?;
-                let #args { #(#roots,)* .. } = #decoded;
+                let #args { #(#arg_names,)* } = #decoded;
                 let mut #builder = #p::CallBuilder::new(&#spec);
                 #key_fields
+                #arg_calls
                 #builder.key()
             }
         },
@@ -718,7 +718,11 @@ mod tests {
             quote! { idempotency_key_fields = [id], cache_errors = true },
             quote! { async fn refund(&self, id: u64) -> Result<u64, E> { Ok(id) } },
         );
-        assert!(!text.contains("submit"));
+        assert!(!text.contains("ToolDescriptor :: new"));
+        assert!(
+            text.contains("ContractEntry :: new"),
+            "the contract is known to the duplicate-name check: {text}"
+        );
         assert!(!text.contains("__tc_invoke"));
         assert!(text.contains("caching_errors (:: tool_contracts :: __private :: assert_cacheable_error :: < E > ())"), "{text}");
         assert!(!text.contains("assert_error_display"));

@@ -111,6 +111,10 @@
 //! generic and may borrow their arguments; every non-context argument must
 //! still be `Serialize` (it is fingerprinted). An associated function without
 //! a receiver cannot be told apart from a free function and is not supported.
+//! Every annotated function, method or not, still submits its contract to the
+//! duplicate-name check: a call of a tool whose name another contract also
+//! uses fails with `Error::DuplicateTool` before anything is claimed, so two
+//! tools never share stored results.
 //!
 //! # Expansion
 //!

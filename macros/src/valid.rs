@@ -808,6 +808,19 @@ fn check_key_fields<'a>(
             ));
             continue;
         }
+        if let Some(message) = time_like_name(field) {
+            errors.push(syn::Error::new_spanned(&field.tokens, message));
+            continue;
+        }
+        if let (Some(intent), None) = (&field.intent, time_word(field)) {
+            errors.push(syn::Error::new_spanned(
+                intent,
+                format!(
+                    "`#[intent]` is only for a key field whose name says time or randomness; `{path}` does not: remove `#[intent]`"
+                ),
+            ));
+            continue;
+        }
         if let Some(clock) = clock_type(param.ty) {
             errors.push(syn::Error::new_spanned(
                 &field.tokens,
@@ -846,6 +859,51 @@ fn check_key_fields<'a>(
     }
     accepted.sort_by(|(_, a), (_, b)| jcs_cmp(a, b));
     accepted.into_iter().map(|(f, _)| f).collect()
+}
+
+/// The last named segment of a key field, lowercased, split into `_` words with a
+/// trailing unit (`created_at_ms` -> `created`, `at`), and the word that makes it
+/// look derived from time or per-attempt randomness, if one does.
+fn time_word(field: &KeyField) -> Option<&'static str> {
+    const UNITS: &[&str] = &[
+        "ms", "s", "us", "ns", "secs", "millis", "micros", "nanos", "seconds", "epoch", "utc",
+    ];
+    let last = match field.members.last() {
+        None => field.root.unraw().to_string(),
+        Some(syn::Member::Named(ident)) => ident.unraw().to_string(),
+        Some(syn::Member::Unnamed(_)) => return None,
+    };
+    let last = last.to_lowercase();
+    let mut words: Vec<&str> = last.split('_').filter(|w| !w.is_empty()).collect();
+    if words.len() > 1 && words.last().is_some_and(|w| UNITS.contains(w)) {
+        words.pop();
+    }
+    let word = *words.last()?;
+    match word {
+        "at" if words.len() > 1 => Some("_at"),
+        "time" => Some("_time"),
+        "ts" => Some("_ts"),
+        "timestamp" => Some("timestamp"),
+        "nonce" => Some("nonce"),
+        "attempt" => Some("attempt"),
+        _ => None,
+    }
+}
+
+/// The error for a key field whose name says time or per-attempt randomness and that
+/// is not marked `#[intent]`.
+fn time_like_name(field: &KeyField) -> Option<String> {
+    if field.intent.is_some() {
+        return None;
+    }
+    let word = time_word(field)?;
+    let path = field.path();
+    Some(format!(
+        "`{path}` looks derived from time or a per-attempt value (its name says `{word}`): such a value differs on \
+         every retry, so each retry would run again. Key on the caller's intent (an order id, a cart id, a \
+         client-supplied request id); if the caller chose this value and sends the same one on every retry \
+         (a booking's start), mark it: `#[intent] {path}`"
+    ))
 }
 
 /// Whether key path `wide` contains `narrow` (`cart` covers `cart.id`).
@@ -911,6 +969,65 @@ mod tests {
 
     fn shop(params: TokenStream) -> TokenStream {
         quote! { async fn create_order(#params) -> Result<Order, ShopError> { todo!() } }
+    }
+
+    #[test]
+    fn key_fields_named_like_time_or_attempts_need_the_intent_marker() {
+        for name in [
+            "created_at",
+            "created_at_ms",
+            "sent_time",
+            "event_ts",
+            "timestamp",
+            "request_timestamp",
+            "nonce",
+            "request_nonce",
+            "attempt",
+            "retry_attempt",
+            "Created_At_Secs",
+        ] {
+            let ident = syn::Ident::new(name, proc_macro2::Span::call_site());
+            let e = errs(
+                quote! { idempotency_key_fields = [#ident] },
+                shop(quote! { #ident: i64 }),
+            );
+            assert!(e.len() == 1 && e[0].contains("#[intent]"), "{name}: {e:?}");
+            assert!(
+                run(
+                    Kind::Mutating,
+                    quote! { idempotency_key_fields = [#[intent] #ident] },
+                    shop(quote! { #ident: i64 }),
+                )
+                .is_ok(),
+                "{name} with the marker"
+            );
+        }
+        for name in [
+            "at",
+            "user_id",
+            "cart_id",
+            "date",
+            "format",
+            "status",
+            "attempts_left",
+        ] {
+            let ident = syn::Ident::new(name, proc_macro2::Span::call_site());
+            assert!(
+                run(
+                    Kind::Mutating,
+                    quote! { idempotency_key_fields = [#ident] },
+                    shop(quote! { #ident: u64 }),
+                )
+                .is_ok(),
+                "{name} is an ordinary name"
+            );
+        }
+        // The nested path's last segment decides.
+        assert!(errs(
+            quote! { idempotency_key_fields = [order.created_at] },
+            shop(quote! { order: Order }),
+        )[0]
+        .contains("`order.created_at`"));
     }
 
     #[test]

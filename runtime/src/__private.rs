@@ -9,6 +9,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
+pub use crate::contracts::ContractEntry;
 pub use crate::engine::{
     execute, execute_with, reconciling, Attempt, Call, CallBuilder, Codec, Ops,
 };

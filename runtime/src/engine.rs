@@ -116,19 +116,17 @@ impl CallBuilder {
         }
     }
 
-    /// The key alone (what [`ToolDescriptor::key`](crate::ToolDescriptor::key) reports).
+    /// The key alone (what [`ToolDescriptor::key`](crate::ToolDescriptor::key) reports):
+    /// through [`finish`](Self::finish), so it refuses exactly what a call refuses.
     pub fn key(self) -> Result<String, Error> {
-        if let Some(e) = self.error {
-            return Err(e);
-        }
-        let scope = self.scope()?;
-        Ok(self
-            .key
-            .finish(scope.as_deref(), self.spec.name, self.spec.version))
+        self.finish().map(|call| call.key)
     }
 
-    /// The finished call.
+    /// The finished call, or the reason no call may be made: a tool name that another
+    /// contract shares (checked first: such a call would share the other's results), bad
+    /// arguments, an invalid scope.
     pub fn finish(mut self) -> Result<Call, Error> {
+        crate::contracts::check_unique(self.spec.name)?;
         if let Some(e) = self.error.take() {
             return Err(e);
         }
@@ -610,7 +608,7 @@ where
         reconcile,
         ambient::with_current_key(Arc::from(call.key.as_str()), attempt),
     );
-    let result = match with_heartbeat(&*store, &call, token, attempt).await {
+    let result = match with_heartbeat(&store, &call, token, attempt).await {
         Attempt::Ran(result) => result,
         Attempt::Verified(value) => {
             tracing::info!(tool = spec.name, key = %call.key, decision = "reconciled", "tool-contracts: verify found the effect of the abandoned call");
@@ -718,10 +716,10 @@ async fn finish_claim(store: &dyn Store, call: &Call, token: u64, result: Option
     }
 }
 
-/// Polls `body` while renewing the lease every third of it, so a long body is not taken
-/// for dead. The renewals run beside the body, never blocking it.
+/// Runs `body` while renewing the lease every third of it, so a long body is not taken
+/// for dead.
 async fn with_heartbeat<F: Future>(
-    store: &dyn Store,
+    store: &Arc<dyn Store>,
     call: &Call,
     token: u64,
     body: F,
@@ -737,9 +735,14 @@ async fn with_heartbeat<F: Future>(
     .await
 }
 
-/// [`with_heartbeat`] for callers without a [`Call`] (recovery).
+/// Runs `body` while a task of its own renews the lease (`key`, `token`) every third of
+/// `lease`. The renewals run on the runtime's other threads, so a body that blocks its
+/// thread (a synchronous client, `std::thread::sleep`) keeps its lease on a multi-thread
+/// runtime; on a current-thread runtime nothing can run while the body blocks (see
+/// docs/guarantees.md). The heartbeat stops when the body ends or is dropped, and no
+/// renewal is in flight once this returns. Used by the engine, runs and recovery.
 pub(crate) async fn heartbeat<F: Future>(
-    store: &dyn Store,
+    store: &Arc<dyn Store>,
     tool: &str,
     key: &str,
     lease: Duration,
@@ -747,18 +750,75 @@ pub(crate) async fn heartbeat<F: Future>(
     body: F,
 ) -> F::Output {
     let period = (lease / 3).max(Duration::from_millis(1));
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        // Not on a tokio runtime: renew beside the body in its own task.
+        return renewing_beside(&**store, tool, key, lease, token, period, body).await;
+    };
+    // Dropped with this future (the caller gave up on the body): the heartbeat then stops,
+    // and the lease runs out as it should for an abandoned call.
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let (started_tx, started) = tokio::sync::oneshot::channel::<()>();
+    let renewals = {
+        let store = Arc::clone(store);
+        let (tool, key) = (tool.to_owned(), key.to_owned());
+        runtime.spawn(async move {
+            let _ = started_tx.send(());
+            loop {
+                tokio::select! {
+                    biased;
+                    _ = &mut stopped => return,
+                    () = tokio::time::sleep(period) => {}
+                }
+                if !renew_once(&*store, &tool, &key, lease, token).await {
+                    return;
+                }
+            }
+        })
+    };
+    // Wait until the heartbeat task has run once (its timer is armed): a task spawned but
+    // never polled sits in this thread's LIFO slot, which other workers do not steal, so a
+    // body that blocks at once would stop it from ever starting.
+    let _ = started.await;
+    let out = body.await;
+    let _ = stop.send(());
+    // A renewal in flight finishes before the caller completes or releases the key.
+    if let Err(e) = renewals.await {
+        // In practice: a runtime built without `enable_time`, where no lease can be timed.
+        tracing::error!(tool, key, error = %e, "tool-contracts: the lease heartbeat failed (is the tokio runtime built with `enable_time`?); the lease was not renewed");
+    }
+    out
+}
+
+/// One renewal; `false` when the lease is lost (stop renewing).
+async fn renew_once(store: &dyn Store, tool: &str, key: &str, lease: Duration, token: u64) -> bool {
+    match store.renew(key, token, lease).await {
+        Ok(()) => true,
+        Err(StoreError::LeaseLost { .. }) => {
+            tracing::error!(tool, key, "tool-contracts: lease lost while the body runs (another worker took the key over); this worker's result will not be stored");
+            false
+        }
+        Err(e) => {
+            tracing::warn!(tool, key, error = %e, "tool-contracts: lease renewal failed; retrying at the next heartbeat");
+            true
+        }
+    }
+}
+
+/// The heartbeat polled beside the body, in the body's own task: only off a tokio runtime.
+async fn renewing_beside<F: Future>(
+    store: &dyn Store,
+    tool: &str,
+    key: &str,
+    lease: Duration,
+    token: u64,
+    period: Duration,
+    body: F,
+) -> F::Output {
     let heartbeat = async {
         loop {
             tokio::time::sleep(period).await;
-            match store.renew(key, token, lease).await {
-                Ok(()) => {}
-                Err(StoreError::LeaseLost { .. }) => {
-                    tracing::error!(tool, key, "tool-contracts: lease lost while the body runs (another worker took the key over); this worker's result will not be stored");
-                    break;
-                }
-                Err(e) => {
-                    tracing::warn!(tool, key, error = %e, "tool-contracts: lease renewal failed; retrying at the next heartbeat");
-                }
+            if !renew_once(store, tool, key, lease, token).await {
+                break;
             }
         }
         core::future::pending::<core::convert::Infallible>().await

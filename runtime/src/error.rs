@@ -99,8 +99,9 @@ pub enum Error {
         /// The tool error's `Display`.
         message: String,
     },
-    /// Two registered tools share a name.
-    #[error("two tools are registered as `{name}`: one at {first}, one at {second}; give one of them `name = \"...\"`")]
+    /// Two tools (free functions or methods) share a name: their keys would collide, so
+    /// neither is called and nothing is claimed.
+    #[error("two tools are named `{name}`: one at {first}, one at {second}; their calls would share stored results, so nothing ran. Give one of them `name = \"...\"`")]
     DuplicateTool {
         /// The shared name.
         name: String,

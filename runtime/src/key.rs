@@ -24,6 +24,12 @@
 //! - `serde_json`'s private number and raw-value tokens (its `arbitrary_precision` and
 //!   `raw_value` features) are decoded, so a feature switched on elsewhere in the
 //!   dependency graph cannot silently change keys.
+//!
+//! Key fields (and [`Secret`](crate::Secret) digests) add one refusal: a float of magnitude
+//! 2^53 or more, or integer text outside the 64-bit range, is
+//! [`CanonicalError::InexactNumber`]. By the time such a number reaches the crate it may
+//! be the rounding of another one (`serde_json` reads both `18446744073709551616` and
+//! `18446744073709551617` as one double), and two intents must never share a key.
 
 use core::cell::Cell;
 use core::cmp::Ordering;
@@ -51,6 +57,10 @@ const TOOL_KEY_HEADER: &str = concat!("{\"contract\":\"", tool_key_contract!(), 
 /// Integers beyond it are written as JSON strings; see the module documentation.
 const MAX_SAFE_INTEGER: u64 = 9_007_199_254_740_991;
 
+/// 2^53: the smallest float magnitude that a key field refuses (above it, neighbouring
+/// integers round to the same double).
+const FIRST_INEXACT_FLOAT: f64 = 9_007_199_254_740_992.0;
+
 /// Struct name `serde_json` uses for numbers under its `arbitrary_precision` feature.
 const SERDE_JSON_NUMBER_TOKEN: &str = "$serde_json::private::Number";
 /// Struct name `serde_json` uses for `RawValue` under its `raw_value` feature.
@@ -73,6 +83,18 @@ pub enum CanonicalError {
          unit enum variants are accepted, as in serde_json); convert the map's keys to strings"
     )]
     MapKeyNotString,
+    /// A float of magnitude 2^53 or more, or integer text outside the 64-bit range, in a
+    /// key field (or a [`Secret`](crate::Secret)): by the time the crate sees it, it may
+    /// already be the rounding of another number
+    /// (`serde_json` reads `18446744073709551616` and `18446744073709551617` as one f64),
+    /// so two different intents could share one key. Typed integers of any size are exact and
+    /// accepted; see `docs/key-spec.md` section 3.3.
+    #[error(
+        "the number {0} may not be exact in a key (a float of magnitude 2^53 or more, or an \
+         integer outside the 64-bit range, may already be the rounding of another number), so \
+         two different intents could share one key; send such an identifier as a string"
+    )]
+    InexactNumber(String),
     /// The value's `Serialize` implementation reported an error.
     #[error("{0}")]
     Custom(String),
@@ -103,7 +125,17 @@ pub fn write_canonical<T: ?Sized + Serialize>(
     value: &T,
     out: &mut Vec<u8>,
 ) -> Result<(), CanonicalError> {
-    write_canonical_with(value, out, &mut Scratch::default())
+    write_canonical_with(value, out, &mut Scratch::default(), false)
+}
+
+/// As [`write_canonical`], with the key fields' number rule: a float whose magnitude is
+/// 2^53 or more is refused ([`CanonicalError::InexactNumber`]), at any depth. Used for key
+/// fields and [`Secret`](crate::Secret) digests, where two values must never share bytes.
+pub(crate) fn write_canonical_exact<T: ?Sized + Serialize>(
+    value: &T,
+    out: &mut Vec<u8>,
+) -> Result<(), CanonicalError> {
+    write_canonical_with(value, out, &mut Scratch::default(), true)
 }
 
 /// Compares two strings in JCS order: lexicographically by UTF-16 code units
@@ -269,7 +301,7 @@ impl KeyBuilder {
         write_str(&mut self.doc, path);
         self.doc.push(b':');
         let value_start = self.doc.len();
-        if let Err(source) = write_canonical_with(value, &mut self.doc, &mut self.scratch) {
+        if let Err(source) = write_canonical_with(value, &mut self.doc, &mut self.scratch, true) {
             self.doc.truncate(mark);
             return Err(KeyFieldError::Encode {
                 field: path.to_owned(),
@@ -352,6 +384,7 @@ thread_local! {
                 entries: Vec::new(),
                 keys: String::new(),
                 body: Vec::new(),
+                exact: false,
             },
         })
     };
@@ -546,6 +579,18 @@ fn write_i128(out: &mut Vec<u8>, n: i128) {
     write_integer(out, n < 0, n.unsigned_abs());
 }
 
+/// Under the key fields' rule (`exact`), refuses a float of magnitude 2^53 or more: it may
+/// be the rounding of another number (NaN and infinities are left to [`write_f64`]).
+#[inline]
+fn check_exact(f: f64, exact: bool) -> Result<(), CanonicalError> {
+    if exact && f.abs() >= FIRST_INEXACT_FLOAT && f.is_finite() {
+        return Err(CanonicalError::InexactNumber(
+            ryu_js::Buffer::new().format_finite(f).to_owned(),
+        ));
+    }
+    Ok(())
+}
+
 /// Writes `f` as ECMAScript's `Number.prototype.toString` does (RFC 8785 section 3.2.2.3).
 fn write_f64(out: &mut Vec<u8>, f: f64) -> Result<(), CanonicalError> {
     if !f.is_finite() {
@@ -736,16 +781,21 @@ struct Scratch {
     keys: String,
     /// Copy of the members being reordered (used by one `close` at a time).
     body: Vec<u8>,
+    /// The key fields' number rule is on: floats of magnitude 2^53 or more are refused.
+    exact: bool,
 }
 
 /// Writes the canonical JSON of `value` to `out`, using (and leaving reusable) `scratch`.
 /// On error `out` is left exactly as it was.
+/// With `exact`, floats of magnitude 2^53 or more are refused (the key fields' rule).
 fn write_canonical_with<T: ?Sized + Serialize>(
     value: &T,
     out: &mut Vec<u8>,
     scratch: &mut Scratch,
+    exact: bool,
 ) -> Result<(), CanonicalError> {
     let mark = out.len();
+    scratch.exact = exact;
     scratch.entries.clear();
     scratch.keys.clear();
     let result = value.serialize(Canonical {
@@ -837,10 +887,11 @@ impl<'a> ser::Serializer for Canonical<'a> {
 
     fn serialize_f32(self, v: f32) -> Result<(), CanonicalError> {
         // As `serde_json::to_value`: the f32 is widened exactly to f64.
-        write_f64(self.out, f64::from(v))
+        self.serialize_f64(f64::from(v))
     }
 
     fn serialize_f64(self, v: f64) -> Result<(), CanonicalError> {
+        check_exact(v, self.scratch.exact)?;
         write_f64(self.out, v)
     }
 
@@ -1242,6 +1293,7 @@ fn reorder(out: &mut Vec<u8>, scratch: &mut Scratch, body_start: usize, base: us
         entries,
         keys,
         body,
+        ..
     } = scratch;
     let Some(members) = entries.get_mut(base..) else {
         return;
@@ -1466,7 +1518,7 @@ impl ser::SerializeStruct for StructWriter<'_> {
             StructWriter::Object(object) => object.member(KeyRef::Static(key), value),
             StructWriter::Number(inner) => {
                 let text = capture_string(value)?;
-                write_number_text(inner.out, &text)
+                write_number_text(inner.out, &text, inner.scratch.exact)
             }
             StructWriter::RawValue(inner) => {
                 let text = capture_string(value)?;
@@ -1493,10 +1545,17 @@ fn capture_string<T: ?Sized + Serialize>(value: &T) -> Result<String, CanonicalE
 }
 
 /// Writes JSON number text (from `serde_json`'s `arbitrary_precision` feature) canonically:
-/// integers per the integer rule, anything else as the f64 it denotes.
-fn write_number_text(out: &mut Vec<u8>, text: &str) -> Result<(), CanonicalError> {
+/// integers per the integer rule, anything else as the f64 it denotes. Under the key
+/// fields' rule (`exact`) an integer outside the 64-bit range is refused as it is without
+/// the feature (where `serde_json` has already made it a double), so keys do not depend
+/// on a feature switched on elsewhere in the build.
+fn write_number_text(out: &mut Vec<u8>, text: &str, exact: bool) -> Result<(), CanonicalError> {
     let is_integer = !text.contains(['.', 'e', 'E']);
     if is_integer {
+        let in_64_bits = text.parse::<i64>().is_ok() || text.parse::<u64>().is_ok();
+        if exact && !in_64_bits {
+            return Err(CanonicalError::InexactNumber(text.to_owned()));
+        }
         if let Ok(n) = text.parse::<i128>() {
             write_i128(out, n);
             return Ok(());
@@ -1509,7 +1568,10 @@ fn write_number_text(out: &mut Vec<u8>, text: &str) -> Result<(), CanonicalError
         }
     }
     match text.parse::<f64>() {
-        Ok(f) => write_f64(out, f),
+        Ok(f) => {
+            check_exact(f, exact)?;
+            write_f64(out, f)
+        }
         Err(_) => Err(CanonicalError::Custom(format!(
             "invalid JSON number `{text}`"
         ))),
@@ -2342,6 +2404,41 @@ mod tests {
     }
 
     #[test]
+    fn key_fields_refuse_numbers_that_may_not_be_exact() {
+        fn exact<T: ?Sized + Serialize>(v: &T) -> Result<String, CanonicalError> {
+            let mut out = Vec::new();
+            write_canonical_exact(v, &mut out).map(|()| String::from_utf8(out).unwrap())
+        }
+        // Floats below 2^53 and typed integers of any size are exact.
+        assert_eq!(
+            exact(&9_007_199_254_740_991.0_f64).unwrap(),
+            "9007199254740991"
+        );
+        assert_eq!(exact(&-19.99_f64).unwrap(), "-19.99");
+        assert_eq!(exact(&u64::MAX).unwrap(), "\"18446744073709551615\"");
+        assert_eq!(exact(&(u128::MAX)).unwrap(), format!("\"{}\"", u128::MAX));
+        // 2^53 and above as floats, at any depth, are refused; NaN stays NonFinite.
+        for f in [
+            9_007_199_254_740_992.0_f64,
+            -1e21,
+            1.8446744073709552e19,
+            f64::MAX,
+        ] {
+            assert!(
+                matches!(exact(&f), Err(CanonicalError::InexactNumber(_))),
+                "{f}"
+            );
+            assert!(matches!(
+                exact(&serde_json::json!({"a": [1, {"b": f}]})),
+                Err(CanonicalError::InexactNumber(_))
+            ));
+        }
+        assert_eq!(exact(&f64::NAN), Err(CanonicalError::NonFinite));
+        // The plain writer keeps writing them (arguments outside the key fields).
+        assert_eq!(canon(&1e21_f64), "1e+21");
+    }
+
+    #[test]
     fn serde_json_private_tokens_are_decoded() {
         // What `serde_json::Number` and `RawValue` serialize as when the
         // `arbitrary_precision` / `raw_value` features are on somewhere in the build.
@@ -2355,6 +2452,19 @@ mod tests {
             }
         }
         let number = |t| canon(&Token(SERDE_JSON_NUMBER_TOKEN, t));
+        // In a key field, integer text outside the 64-bit range is refused as without the
+        // feature (where serde_json has already made it a double).
+        let exact = |t| write_canonical_exact(&Token(SERDE_JSON_NUMBER_TOKEN, t), &mut Vec::new());
+        assert_eq!(exact("18446744073709551615"), Ok(()));
+        assert_eq!(exact("-9223372036854775808"), Ok(()));
+        assert!(matches!(
+            exact("18446744073709551616"),
+            Err(CanonicalError::InexactNumber(_))
+        ));
+        assert!(matches!(
+            exact("1e21"),
+            Err(CanonicalError::InexactNumber(_))
+        ));
         assert_eq!(number("12"), "12");
         assert_eq!(number("-0"), "0");
         assert_eq!(number("1.50"), "1.5");

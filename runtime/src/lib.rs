@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 mod ambient;
+mod contracts;
 mod engine;
 mod error;
 mod export;

@@ -4,6 +4,7 @@
 //! happened, using the arguments the store kept.
 
 use core::time::Duration;
+use std::sync::Arc;
 
 use crate::ambient;
 use crate::engine;
@@ -39,7 +40,7 @@ pub async fn recover_once(registry: &Registry) -> Result<RecoveryReport, Error> 
     })?;
     let mut report = RecoveryReport::default();
     for record in pending {
-        reconcile(&*store, registry, &record, &mut report).await;
+        reconcile(&store, registry, &record, &mut report).await;
     }
     Ok(report)
 }
@@ -69,12 +70,19 @@ pub async fn recover(registry: Registry, interval: Duration) {
 }
 
 async fn reconcile(
-    store: &dyn Store,
+    store: &Arc<dyn Store>,
     registry: &Registry,
     record: &Record,
     report: &mut RecoveryReport,
 ) {
     let key = record.key.clone();
+    // A name two contracts share cannot say whose call this was: never let one tool's
+    // `verify` settle another's effect.
+    if let Err(e) = crate::contracts::check_unique(&record.tool) {
+        tracing::warn!(key = %record.key, error = %e, "tool-contracts: recovery cannot tell which tool made this call; resolve it by hand");
+        report.unresolved.push(key);
+        return;
+    }
     let Some(tool) = registry.get(&record.tool) else {
         report.unresolved.push(key);
         return;
@@ -114,7 +122,13 @@ async fn reconcile(
     };
     let token = match store.takeover(req, stale).await {
         Ok(ClaimOutcome::Acquired { token }) => token,
-        _ => return, // another worker got there first
+        // Another worker got there first: it holds or settled the key.
+        Ok(_) => return,
+        Err(e) => {
+            tracing::warn!(key = %record.key, error = %e, "tool-contracts: recovery could not take the abandoned key over");
+            report.unresolved.push(key);
+            return;
+        }
     };
     let verdict = engine::heartbeat(
         store,

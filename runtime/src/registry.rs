@@ -294,7 +294,15 @@ pub fn registry() -> &'static Registry {
 /// it (`use my_tools as _;`) from the binary.
 pub fn try_registry() -> Result<&'static Registry, Error> {
     GLOBAL
-        .get_or_init(|| Registry::from_tools(inventory::iter::<ToolDescriptor>))
+        .get_or_init(|| {
+            let registry = Registry::from_tools(inventory::iter::<ToolDescriptor>)?;
+            // Methods are not listed, but a method sharing a listed tool's name (or two
+            // methods sharing one) would share stored results: refuse those too.
+            match crate::contracts::first_duplicate() {
+                Some(e) => Err(e),
+                None => Ok(registry),
+            }
+        })
         .as_ref()
         .map_err(Clone::clone)
 }

@@ -474,7 +474,7 @@ impl Run {
         };
         let body = CURRENT.scope(context, self.shared.scoped(f()));
         let result = engine::heartbeat(
-            &**store,
+            store,
             &label,
             &step_key,
             self.shared.options.lease,

@@ -89,7 +89,7 @@ const EMPTY_FORMS: [&[u8]; 4] = [b"null", b"\"\"", b"[]", b"{}"];
 impl<T: Serialize> Serialize for Secret<T> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut canonical = Vec::new();
-        crate::key::write_canonical(&self.0, &mut canonical)
+        crate::key::write_canonical_exact(&self.0, &mut canonical)
             .map_err(|e| S::Error::custom(format_args!("secret value: {e}")))?;
         if EMPTY_FORMS.contains(&canonical.as_slice()) {
             return self.0.serialize(serializer);

@@ -72,6 +72,7 @@ fn main() {
     assert_eq!(small.annotations()["destructiveHint"], false);
 
     let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
         .build()
         .unwrap();
     rt.block_on(async {

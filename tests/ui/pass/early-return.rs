@@ -36,6 +36,7 @@ pub async fn always_returns(cart_id: u64) -> Result<u64, ShopError> {
 
 fn main() {
     let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
         .build()
         .unwrap();
     rt.block_on(async {

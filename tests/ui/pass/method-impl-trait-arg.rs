@@ -25,6 +25,7 @@ impl Notes {
 
 fn main() {
     let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
         .build()
         .unwrap();
     rt.block_on(async {

@@ -50,6 +50,7 @@ fn main() {
     assert_eq!(a, b);
 
     let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
         .build()
         .unwrap();
     rt.block_on(async {

@@ -24,6 +24,7 @@ pub async fn pay(order_id: String, amount: String) -> Result<u64, ShopError> {
 
 fn main() {
     let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
         .build()
         .unwrap();
     rt.block_on(async {

@@ -28,6 +28,7 @@ fn main() {
     assert_eq!(tool.params(), ["type", "id", "steps"]);
     assert_eq!(tool.idempotency_key_fields(), ["id", "type"]);
     let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
         .build()
         .unwrap();
     rt.block_on(async {

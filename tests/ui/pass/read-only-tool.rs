@@ -39,6 +39,7 @@ impl Catalog {
 
 fn main() {
     let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
         .build()
         .unwrap();
     rt.block_on(async {

@@ -85,6 +85,7 @@ mod shadowed {
 
 fn main() {
     let runtime = ::tokio::runtime::Builder::new_current_thread()
+        .enable_time()
         .build()
         .unwrap();
     runtime.block_on(async {
