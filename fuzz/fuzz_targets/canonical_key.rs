@@ -6,7 +6,7 @@
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use tool_contracts::key::{tool_key, write_canonical, KeyFieldError};
+use tool_contracts::key::{tool_key, write_canonical, CanonicalError, KeyFieldError};
 
 const MAX_SAFE_INTEGER: u64 = 9_007_199_254_740_991;
 
@@ -26,11 +26,17 @@ fuzz_target!(|data: &[u8]| {
         panic!("write_canonical wrote invalid UTF-8 for {value}");
     };
     assert_eq!(written, expected, "canonical form differs for {value}");
-    // The key of a call with this value as its only field.
+    // The key of a call with this value as its only field. A float of magnitude 2^53 or
+    // more anywhere in it may be the rounding of another number: refused (key spec 3.3).
     let empty = matches!(expected.as_str(), "null" | "\"\"" | "[]" | "{}");
+    let inexact = has_inexact_float(&value);
     match tool_key("fuzz_tool", 3, Some("tenant"), &[("f.g", &value)]) {
         Ok(key) => {
             assert!(!empty, "an empty key field was accepted: {value}");
+            assert!(
+                !inexact,
+                "a float of magnitude 2^53 or more was keyed: {value}"
+            );
             let document = format!(
                 r#"{{"contract":"tool-contracts/key/v1","fields":{{"f.g":{expected}}},"scope":"tenant","tool":"fuzz_tool","version":3}}"#
             );
@@ -41,9 +47,29 @@ fuzz_target!(|data: &[u8]| {
             );
         }
         Err(KeyFieldError::Empty { .. }) => assert!(empty, "refused as empty: {value}"),
+        Err(KeyFieldError::Encode {
+            source: CanonicalError::InexactNumber(_),
+            ..
+        }) => assert!(inexact, "refused as inexact: {value}"),
         Err(e) => panic!("tool_key failed on {value}: {e}"),
     }
 });
+
+/// Whether `value` holds, at any depth, a float (serde_json keeps every number outside the
+/// 64-bit integer range as one) whose magnitude is 2^53 or more.
+fn has_inexact_float(value: &Value) -> bool {
+    match value {
+        Value::Number(n) => {
+            n.as_u64().is_none()
+                && n.as_i64().is_none()
+                && n.as_f64()
+                    .is_some_and(|f| f.abs() >= 9_007_199_254_740_992.0)
+        }
+        Value::Array(items) => items.iter().any(has_inexact_float),
+        Value::Object(members) => members.values().any(has_inexact_float),
+        _ => false,
+    }
+}
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()

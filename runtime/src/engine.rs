@@ -751,7 +751,8 @@ pub(crate) async fn heartbeat<F: Future>(
 ) -> F::Output {
     let period = (lease / 3).max(Duration::from_millis(1));
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        // Not on a tokio runtime: renew beside the body in its own task.
+        // Polled off a tokio runtime (another executor): renew beside the body in its own
+        // task, which needs tokio's timers only once the body has to wait.
         return renewing_beside(&**store, tool, key, lease, token, period, body).await;
     };
     // Dropped with this future (the caller gave up on the body): the heartbeat then stops,
@@ -782,8 +783,13 @@ pub(crate) async fn heartbeat<F: Future>(
     let out = body.await;
     let _ = stop.send(());
     // A renewal in flight finishes before the caller completes or releases the key.
-    if let Err(e) = renewals.await {
-        // In practice: a runtime built without `enable_time`, where no lease can be timed.
+    // A panic is in practice a runtime built without `enable_time`, where no lease can be
+    // timed; a cancellation is a runtime shutting down.
+    if let Some(e) = renewals
+        .await
+        .err()
+        .filter(tokio::task::JoinError::is_panic)
+    {
         tracing::error!(tool, key, error = %e, "tool-contracts: the lease heartbeat failed (is the tokio runtime built with `enable_time`?); the lease was not renewed");
     }
     out
