@@ -130,6 +130,28 @@ async fn an_extra_field_is_rejected_naming_it_and_the_expected_fields() {
 }
 
 #[tokio::test]
+async fn an_unknown_nested_field_is_refused_like_a_top_level_one() {
+    // `Cart` does not deny unknown fields itself: serde would drop `gift` unseen.
+    let mut args = valid_args();
+    args["cart"]["gift"] = json!(true);
+    let err = refused(args).await;
+    let (field, message) = invalid(&err);
+    assert_eq!(field, Some("cart.gift"));
+    assert!(
+        message.contains("unknown field `gift` in `cart`, expected one of `id`, `items`"),
+        "{message}"
+    );
+    // The key of such a call is refused the same way.
+    let mut args = valid_args();
+    args["cart"]["gift"] = json!(true);
+    let key = registry().get("never_order").unwrap().key(&args);
+    assert!(
+        matches!(key, Err(Error::InvalidArguments { ref field, .. }) if field.as_deref() == Some("cart.gift")),
+        "{key:?}"
+    );
+}
+
+#[tokio::test]
 async fn arguments_that_are_not_an_object_are_refused_naming_the_expected_fields() {
     for args in [json!([7, "c-1"]), json!("7"), json!(7), json!(true)] {
         let err = refused(args.clone()).await;

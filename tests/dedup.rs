@@ -193,8 +193,9 @@ async fn a_key_reused_with_another_argument_is_rejected_naming_it() {
             .await
             .unwrap_err()
             .contract();
+        // The deepest differing path is named: the items, not the whole cart.
         assert!(
-            matches!(err, Error::KeyReused { ref params, .. } if params == &["cart"]),
+            matches!(err, Error::KeyReused { ref params, .. } if params == &["cart.items"]),
             "{err}"
         );
     })
@@ -782,6 +783,7 @@ async fn the_registry_holds_exactly_the_declared_tools_in_name_order() {
         "list_orders",
         "long_tool",
         "panicking_tool",
+        "patient_tool",
         "rejecting_tool",
         "rerun_tool",
         "retyped_tool",
@@ -815,4 +817,50 @@ async fn the_registry_holds_exactly_the_declared_tools_in_name_order() {
         .unwrap();
     assert_eq!(out.value, json!([3]));
     assert!(!out.replayed);
+}
+
+static PATIENT_RUNS: AtomicUsize = AtomicUsize::new(0);
+static PATIENT_GATE: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+/// A long call: its duplicates wait at most `max_wait`, whatever the lease.
+#[mutating_tool(idempotency_key_fields = [id], lease = "1h", max_wait = "2s")]
+pub async fn patient_tool(id: u64) -> Result<u64, ShopError> {
+    PATIENT_RUNS.fetch_add(1, SeqCst);
+    PATIENT_GATE.notified().await;
+    Ok(id)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiting_duplicate_gives_up_after_max_wait_with_in_progress() {
+    with_store(MemoryStore::new(), async {
+        let first = patient_tool(5);
+        tokio::pin!(first);
+        let duplicate = async {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            let started = tokio::time::Instant::now();
+            let result = patient_tool(5).await;
+            (result, started.elapsed())
+        };
+        let (duplicate, waited) = tokio::select! {
+            biased;
+            _ = &mut first => unreachable!("the first call is gated"),
+            done = duplicate => done,
+        };
+        match duplicate.map_err(ShopError::contract) {
+            Err(Error::InProgress { tool, .. }) => assert_eq!(tool, "patient_tool"),
+            other => panic!("expected InProgress after max_wait, got {other:?}"),
+        }
+        assert_eq!(waited, Duration::from_secs(2), "waited exactly max_wait");
+        assert_eq!(
+            PATIENT_RUNS.load(SeqCst),
+            1,
+            "the duplicate never ran the body"
+        );
+        // The first call still finishes, and a later duplicate replays it.
+        PATIENT_GATE.notify_one();
+        assert_eq!(first.await.unwrap(), 5);
+        assert_eq!(patient_tool(5).await.unwrap(), 5);
+        assert_eq!(PATIENT_RUNS.load(SeqCst), 1);
+    })
+    .await;
 }

@@ -22,6 +22,7 @@ pub(crate) mod kw {
     syn::custom_keyword!(version);
     syn::custom_keyword!(ttl);
     syn::custom_keyword!(lease);
+    syn::custom_keyword!(max_wait);
     syn::custom_keyword!(concurrent);
     syn::custom_keyword!(payload_mismatch);
     syn::custom_keyword!(on_unknown);
@@ -40,6 +41,7 @@ pub(crate) const MUTATING_OPTIONS: &[&str] = &[
     "version",
     "ttl",
     "lease",
+    "max_wait",
     "concurrent",
     "payload_mismatch",
     "on_unknown",
@@ -107,6 +109,7 @@ pub(crate) struct Args {
     pub version: Option<Opt<LitInt>>,
     pub ttl: Option<Opt<LitStr>>,
     pub lease: Option<Opt<LitStr>>,
+    pub max_wait: Option<Opt<LitStr>>,
     pub concurrent: Option<Opt<LitStr>>,
     pub payload_mismatch: Option<Opt<LitStr>>,
     pub on_unknown: Option<Opt<LitStr>>,
@@ -209,6 +212,10 @@ fn parse_option(
         let kw = keyword!(lease);
         let value = parse_str(input, &kw, "\"30s\"")?;
         store(&mut args.lease, kw, value, errors);
+    } else if input.peek(kw::max_wait) {
+        let kw = keyword!(max_wait);
+        let value = parse_str(input, &kw, "\"30s\"")?;
+        store(&mut args.max_wait, kw, value, errors);
     } else if input.peek(kw::concurrent) {
         let kw = keyword!(concurrent);
         let value = parse_str(input, &kw, "\"wait\"")?;
@@ -556,7 +563,7 @@ mod tests {
             quote! {
                 idempotency_key_fields = [user_id, cart.id, pair.0, r#type],
                 name = "n", description = "d", version = 2, ttl = "1h", lease = "30s",
-                concurrent = "reject", payload_mismatch = "replay", on_unknown = "rerun",
+                max_wait = "10s", concurrent = "reject", payload_mismatch = "replay", on_unknown = "rerun",
                 cache_errors = true, destructive, open_world = false,
                 verify = crate::checks::placed, unknown_outcome_if = <E as Classify>::unknown,
             },
@@ -574,6 +581,7 @@ mod tests {
             args.version.unwrap().value.base10_parse::<u32>().unwrap(),
             2
         );
+        assert_eq!(args.max_wait.unwrap().value.value(), "10s");
         assert!(args.cache_errors.unwrap().value.value);
         assert!(args.destructive.unwrap().value.value);
         assert!(!args.open_world.unwrap().value.value);

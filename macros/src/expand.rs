@@ -35,6 +35,8 @@ struct Names {
     invoke: Ident,
     key_of: Ident,
     input_schema: Ident,
+    /// The `static` caching the input schema for the members check.
+    schema_cell: Ident,
     output_schema: Ident,
     call: Ident,
     builder: Ident,
@@ -50,6 +52,7 @@ impl Names {
             invoke: private("__tc_invoke"),
             key_of: private("__tc_key_of"),
             input_schema: private("__tc_input_schema"),
+            schema_cell: private("__TC_INPUT_SCHEMA"),
             output_schema: private("__tc_output_schema"),
             call: private("__tc_call"),
             builder: private("__tc_builder"),
@@ -372,6 +375,7 @@ fn spec_static(c: &Contract, n: &Names) -> TokenStream {
     let version = Literal::u32_suffixed(c.version);
     let ttl = Literal::u64_suffixed(c.ttl_ms);
     let lease = Literal::u64_suffixed(c.lease_ms);
+    let max_wait = Literal::u64_suffixed(c.max_wait_ms);
     let concurrent = format_ident!("{}", c.concurrent);
     let payload_mismatch = format_ident!("{}", c.payload_mismatch);
     let on_unknown = format_ident!("{}", c.on_unknown);
@@ -388,6 +392,7 @@ fn spec_static(c: &Contract, n: &Names) -> TokenStream {
             version: #version,
             ttl: ::core::time::Duration::from_millis(#ttl),
             lease: ::core::time::Duration::from_millis(#lease),
+            max_wait: ::core::time::Duration::from_millis(#max_wait),
             concurrent: ::tool_contracts::__private::Concurrent::#concurrent,
             payload_mismatch: ::tool_contracts::__private::Mismatch::#payload_mismatch,
             on_unknown: ::tool_contracts::__private::OnUnknown::#on_unknown,
@@ -417,6 +422,7 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
         invoke,
         key_of,
         input_schema,
+        schema_cell,
         output_schema,
         builder,
         ..
@@ -475,7 +481,7 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
             fn #key_of(
                 #value: &#p::serde_json::Value,
             ) -> ::core::result::Result<::std::string::String, #p::Error> {
-                let #decoded: #args = #p::decode_args(&#spec, #value)?;
+                let #decoded: #args = #p::decode_tool_args(&#spec, &#schema_cell, #input_schema, #value)?;
                 let #args { #(#arg_names,)* } = #decoded;
                 let mut #builder = #p::CallBuilder::new(&#spec);
                 #key_fields
@@ -504,7 +510,7 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
     // `Send`, and that error should name the tool, not the attribute.
     let invoke_body = quote_spanned! {fn_name.span()=>
         ::std::boxed::Box::pin(async move {
-            let #decoded: #args = #p::decode_args(&#spec, &#value)?;
+            let #decoded: #args = #p::decode_tool_args(&#spec, &#schema_cell, #input_schema, &#value)?;
             #lets
             let #result = #fn_name(#(#call_args),*).await;
             (&&#encoder(::core::cell::Cell::new(::core::option::Option::Some(#result)))).__tc_encode()
@@ -518,6 +524,8 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
         struct #args {
             #(#field_idents: #field_tys,)*
         }
+
+        static #schema_cell: #p::SchemaCell = #p::SchemaCell::new();
 
         fn #invoke<#lifetime>(
             #ctx: &#lifetime #p::Context,

@@ -16,6 +16,8 @@ use syn::{GenericArgument, Ident, LitStr, PathArguments, ReturnType, Type};
 pub(crate) const DEFAULT_TTL_MS: u64 = 24 * 60 * 60 * 1000;
 /// Default lease a running call holds before another caller may take over (30s).
 pub(crate) const DEFAULT_LEASE_MS: u64 = 30 * 1000;
+/// Default time a duplicate waits for a running call before `InProgress` (30s).
+pub(crate) const DEFAULT_MAX_WAIT_MS: u64 = 30 * 1000;
 
 /// Type names that denote a point in time; keying on one defeats the point of
 /// a key.
@@ -45,6 +47,7 @@ pub(crate) struct Contract<'a> {
     pub version: u32,
     pub ttl_ms: u64,
     pub lease_ms: u64,
+    pub max_wait_ms: u64,
     /// Variant names of the runtime enums (`Wait`, `Reject`, ...).
     pub concurrent: &'static str,
     pub payload_mismatch: &'static str,
@@ -137,6 +140,7 @@ pub(crate) fn check<'a>(
 
     check_options_apply(kind, args, errors);
     check_verify_policy(args, errors);
+    check_wait_policy(args, errors);
     let name = tool_name(args, model, errors);
     let description = match &args.description {
         Some(opt) => opt.value.value(),
@@ -151,6 +155,10 @@ pub(crate) fn check<'a>(
         .lease
         .as_ref()
         .map_or(DEFAULT_LEASE_MS, |opt| duration(opt, errors));
+    let max_wait_ms = args
+        .max_wait
+        .as_ref()
+        .map_or(DEFAULT_MAX_WAIT_MS, |opt| duration(opt, errors));
     let concurrent = choice(
         &args.concurrent,
         &[("wait", "Wait"), ("reject", "Reject")],
@@ -201,6 +209,7 @@ pub(crate) fn check<'a>(
         version,
         ttl_ms,
         lease_ms,
+        max_wait_ms,
         concurrent,
         payload_mismatch,
         on_unknown,
@@ -233,6 +242,7 @@ fn check_options_apply(kind: Kind, args: &Args, errors: &mut Errors) {
         args.version.as_ref().map(|o| &o.kw),
         args.ttl.as_ref().map(|o| &o.kw),
         args.lease.as_ref().map(|o| &o.kw),
+        args.max_wait.as_ref().map(|o| &o.kw),
         args.concurrent.as_ref().map(|o| &o.kw),
         args.payload_mismatch.as_ref().map(|o| &o.kw),
         args.on_unknown.as_ref().map(|o| &o.kw),
@@ -274,6 +284,20 @@ fn check_verify_policy(args: &Args, errors: &mut Errors) {
              to verify first, or remove `verify` to rerun blindly"
         ),
     ));
+}
+
+/// `max_wait` bounds how long a duplicate waits; with `concurrent = "reject"` nobody waits.
+fn check_wait_policy(args: &Args, errors: &mut Errors) {
+    let (Some(max_wait), Some(concurrent)) = (&args.max_wait, &args.concurrent) else {
+        return;
+    };
+    if concurrent.value.value() == "reject" {
+        errors.push(syn::Error::new(
+            max_wait.kw.span(),
+            "`max_wait` does not apply with `concurrent = \"reject\"`: a duplicate is refused at once and never waits; \
+             remove `max_wait`, or use `concurrent = \"wait\"`",
+        ));
+    }
 }
 
 /// `^[A-Za-z0-9_.-]{1,128}$`, the MCP tool-name rule.

@@ -21,6 +21,43 @@ pub use ::schemars;
 pub use ::serde;
 pub use ::serde_json;
 
+/// A tool's input schema, computed on first use (a `static` in each registered tool's
+/// expansion): the members check reads it on every registry call.
+pub type SchemaCell = std::sync::OnceLock<Value>;
+
+/// Decodes a registry call's JSON arguments: first refuses a member, at any depth, that
+/// the tool's input schema does not declare (serde would drop it silently inside the
+/// user's own types), naming its path; then [`decode_args`].
+pub fn decode_tool_args<A: DeserializeOwned>(
+    spec: &'static ToolSpec,
+    schema: &'static SchemaCell,
+    input_schema: fn() -> Value,
+    args: &Value,
+) -> Result<A, Error> {
+    let schema = schema.get_or_init(input_schema);
+    if let Some(unknown) = crate::members::unknown_member(schema, args) {
+        let (parent, name) = match unknown.path.rsplit_once('.') {
+            Some((parent, name)) => (Some(parent), name),
+            None => (None, unknown.path.as_str()),
+        };
+        let expected = unknown
+            .expected
+            .iter()
+            .map(|n| format!("`{n}`"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let within = parent.map(|p| format!(" in `{p}`")).unwrap_or_default();
+        return Err(Error::InvalidArguments {
+            tool: spec.name.to_owned(),
+            message: format!(
+                "unknown field `{name}`{within}, expected one of {expected}; the tool does not take it (it would be dropped unseen), so nothing ran: remove it or fix its name"
+            ),
+            field: Some(unknown.path),
+        });
+    }
+    decode_args(spec, args)
+}
+
 /// Decodes a tool's JSON arguments, naming the offending field on failure.
 pub fn decode_args<A: DeserializeOwned>(spec: &'static ToolSpec, args: &Value) -> Result<A, Error> {
     let empty;

@@ -283,8 +283,8 @@ impl Call {
     }
 }
 
-/// The parameters whose values differ between two arguments documents, ours in
-/// declaration order, then those only the first call had.
+/// The deepest paths (`note`, `cart.items`, `cart.items.1`) at which two arguments
+/// documents differ: ours in declaration order, then what only the first call had.
 fn differing_params(ours: &str, theirs: Option<&str>) -> Vec<String> {
     let (Some(ours), Some(theirs)) = (args_in_order(ours), theirs.and_then(args_in_order)) else {
         // Only on a store that lost the record between two reads, or arguments nested
@@ -297,22 +297,61 @@ fn differing_params(ours: &str, theirs: Option<&str>) -> Vec<String> {
     ) -> Option<&'a serde_json::Value> {
         params.iter().find(|(n, _)| n == name).map(|(_, v)| v)
     }
-    let mut names: Vec<String> = ours
-        .iter()
-        .filter(|(name, value)| value_in(&theirs, name) != Some(value))
-        .map(|(name, _)| name.clone())
-        .collect();
-    names.extend(
+    let mut paths = Vec::new();
+    for (name, value) in &ours {
+        match value_in(&theirs, name) {
+            Some(their) => differing_paths(name.clone(), value, their, &mut paths),
+            None => paths.push(name.clone()),
+        }
+    }
+    paths.extend(
         theirs
             .iter()
             .filter(|(name, _)| value_in(&ours, name).is_none())
             .map(|(name, _)| name.clone()),
     );
-    if names.is_empty() {
+    if paths.is_empty() {
         // Same values, different bytes (an encoder change): say so rather than name nothing.
-        names.push("(the argument encoding)".to_owned());
+        paths.push("(the argument encoding)".to_owned());
     }
-    names
+    paths
+}
+
+/// Appends to `out` the deepest paths under `path` where `a` and `b` differ: into objects
+/// member by member (a member only one side has is named itself), into arrays of equal
+/// length element by element (`items.1`); anything else that differs is named whole.
+fn differing_paths(
+    path: String,
+    a: &serde_json::Value,
+    b: &serde_json::Value,
+    out: &mut Vec<String>,
+) {
+    use serde_json::Value;
+    if a == b {
+        return;
+    }
+    match (a, b) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (name, value) in a {
+                let inner = format!("{path}.{name}");
+                match b.get(name) {
+                    Some(other) => differing_paths(inner, value, other, out),
+                    None => out.push(inner),
+                }
+            }
+            out.extend(
+                b.keys()
+                    .filter(|name| !a.contains_key(*name))
+                    .map(|name| format!("{path}.{name}")),
+            );
+        }
+        (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
+            for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                differing_paths(format!("{path}.{i}"), x, y, out);
+            }
+        }
+        _ => out.push(path),
+    }
 }
 
 /// What a registry call learns about the engine's decision.
@@ -516,6 +555,9 @@ where
     let spec = call.spec;
     let store = ambient::current_store();
     let mut outcome = store.claim(call.request()).await;
+    // A duplicate waits at most `max_wait` in all, from the first "in progress" answer
+    // (tokio's clock: it measures only this task's patience, never a lease).
+    let mut wait_until: Option<tokio::time::Instant> = None;
     let mut reconcile = false;
     let token = loop {
         match outcome {
@@ -564,10 +606,26 @@ where
                             .unwrap_or(u64::MAX),
                     }));
                 }
+                let now = tokio::time::Instant::now();
+                let patience = wait_until
+                    .get_or_insert(now + spec.max_wait)
+                    .saturating_duration_since(now);
+                if patience.is_zero() {
+                    tracing::info!(tool = spec.name, key = %call.key, decision = "rejected", reason = "max_wait", "tool-contracts: the running call outlasted max_wait");
+                    return Err(fail(Error::InProgress {
+                        tool: spec.name.to_owned(),
+                        key: call.key.clone(),
+                        lease_remaining_ms: u64::try_from(lease_remaining.as_millis())
+                            .unwrap_or(u64::MAX),
+                    }));
+                }
                 tracing::debug!(tool = spec.name, key = %call.key, decision = "waited", "tool-contracts: waiting for the running call");
                 // Past the lease the holder counts as dead: wake then to see it abandoned.
                 store
-                    .wait(&call.key, lease_remaining + Duration::from_millis(5))
+                    .wait(
+                        &call.key,
+                        (lease_remaining + Duration::from_millis(5)).min(patience),
+                    )
                     .await;
                 outcome = store.claim(call.request()).await;
             }
@@ -833,5 +891,28 @@ async fn renewing_beside<F: Future>(
         biased;
         out = body => out,
         never = heartbeat => match never {},
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::differing_params;
+
+    #[test]
+    fn a_nested_difference_is_named_at_its_deepest_path() {
+        let first =
+            r#"{"user_id":1,"cart":{"id":"c","items":["book","pen"],"gift":true},"note":"a"}"#;
+        let second =
+            r#"{"user_id":1,"cart":{"id":"c","items":["book","ink"],"wrap":1},"note":"b"}"#;
+        assert_eq!(
+            differing_params(second, Some(first)),
+            ["cart.items.1", "cart.wrap", "cart.gift", "note"]
+        );
+        let longer = r#"{"user_id":1,"cart":{"id":"c","items":["book"],"gift":true},"note":"a"}"#;
+        assert_eq!(differing_params(longer, Some(first)), ["cart.items"]);
+        assert_eq!(
+            differing_params(r#"{"user_id":2}"#, Some(r#"{"user_id":1,"x":[]}"#)),
+            ["user_id", "x"]
+        );
     }
 }

@@ -10,7 +10,8 @@ use crate::spec::SourceLocation;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A call with the same key is still running and the tool's policy is `concurrent = "reject"`.
+    /// A call with the same key is still running, and the tool's policy is
+    /// `concurrent = "reject"` or this duplicate already waited `max_wait` for it.
     #[error("tool `{tool}`: a call with idempotency key {key} is still in progress; retry once it has finished (its lease expires within {lease_remaining_ms} ms if its worker died)")]
     InProgress {
         /// Tool name.
@@ -27,7 +28,8 @@ pub enum Error {
         tool: String,
         /// Idempotency key.
         key: String,
-        /// The parameters whose values differ from the first call's.
+        /// Where the arguments differ from the first call's: the deepest differing paths,
+        /// e.g. `note`, `cart.items` (lengths differ) or `cart.items.1`.
         params: Vec<String>,
         /// The tool's key fields, to say what makes a new intent.
         key_fields: Vec<String>,

@@ -14,6 +14,7 @@ mod export;
 pub mod key;
 #[cfg(feature = "mcp")]
 pub mod mcp;
+mod members;
 mod recovery;
 mod registry;
 mod run;

@@ -800,6 +800,7 @@ mod tests {
             version: 1,
             ttl: Duration::from_secs(60),
             lease: Duration::from_secs(30),
+            max_wait: core::time::Duration::from_secs(30),
             concurrent: Concurrent::Wait,
             payload_mismatch: Mismatch::Reject,
             on_unknown: OnUnknown::Fail,

@@ -119,6 +119,10 @@ impl ToolDescriptor {
     pub fn lease(&self) -> core::time::Duration {
         self.spec.lease
     }
+    /// How long a duplicate waits for a running call before it gets `InProgress`.
+    pub fn max_wait(&self) -> core::time::Duration {
+        self.spec.max_wait
+    }
     /// Policy for duplicates that arrive while the first call runs.
     pub fn concurrent(&self) -> Concurrent {
         self.spec.concurrent

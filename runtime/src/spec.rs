@@ -70,6 +70,9 @@ pub struct ToolSpec {
     pub version: u32,
     pub ttl: Duration,
     pub lease: Duration,
+    /// How long a duplicate waits for a running call (`concurrent = "wait"`) before it gets
+    /// `InProgress`.
+    pub max_wait: Duration,
     pub concurrent: Concurrent,
     pub payload_mismatch: Mismatch,
     pub on_unknown: OnUnknown,

@@ -41,7 +41,7 @@ pub async fn charge(payment_id: String, cents: u64) -> Result<u64, ShopError> {
     Ok(cents)
 }
 
-#[mutating_tool(idempotency_key_fields = [id], ttl = "500ms", lease = "1h30m", destructive = false, open_world = false)]
+#[mutating_tool(idempotency_key_fields = [id], ttl = "500ms", lease = "1h30m", max_wait = "2m", destructive = false, open_world = false)]
 pub async fn small(id: u64) -> Result<u64, ShopError> {
     Ok(id)
 }
@@ -65,6 +65,8 @@ fn main() {
     assert_eq!(small.version(), 1);
     assert_eq!(small.ttl(), Duration::from_millis(500));
     assert_eq!(small.lease(), Duration::from_secs(5400));
+    assert_eq!(small.max_wait(), Duration::from_secs(120));
+    assert_eq!(tool.max_wait(), Duration::from_secs(30), "the default");
     assert_eq!(small.concurrent(), Concurrent::Wait);
     assert_eq!(small.payload_mismatch(), Mismatch::Reject);
     assert_eq!(small.on_unknown(), OnUnknown::Fail);
