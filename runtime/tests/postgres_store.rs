@@ -89,6 +89,23 @@ async fn postgres_store_passes_the_conformance_suite() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_store_purges_expired_records_in_the_background() {
+    let Some(url) = url() else { return };
+    let schema = unique_schema("purge");
+    let store = PostgresStore::builder(&url)
+        .schema(&schema)
+        .connect()
+        .await
+        .unwrap();
+    let p = conformance::unique("pg-purge");
+    store.set_purge_interval(None);
+    conformance::expired_records_are_purged_in_the_background(&store, &p, false).await;
+    store.set_purge_interval(Some(std::time::Duration::from_millis(200)));
+    conformance::expired_records_are_purged_in_the_background(&store, &p, true).await;
+    drop_schema(&url, &schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_first_connects_both_create_the_schema() {
     let Some(url) = url() else { return };
     let schema = unique_schema("race");

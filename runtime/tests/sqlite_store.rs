@@ -76,6 +76,17 @@ async fn sqlite_store_passes_the_conformance_suite() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_store_purges_expired_records_in_the_background() {
+    let db = TempDb::new("bg-purge");
+    let store = SqliteStore::open(db.path()).await.unwrap();
+    let p = conformance::unique("sqlite-purge");
+    store.set_purge_interval(None);
+    conformance::expired_records_are_purged_in_the_background(&store, &p, false).await;
+    store.set_purge_interval(Some(Duration::from_millis(200)));
+    conformance::expired_records_are_purged_in_the_background(&store, &p, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn results_survive_reopening_the_file() {
     let db = TempDb::new("reopen");
     let (first_token, pending_token) = {

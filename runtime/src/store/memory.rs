@@ -31,6 +31,8 @@ pub struct MemoryStore {
     /// Fencing tokens come from one counter, so a token is never reused for a key even
     /// after its record was released or purged.
     next_token: AtomicU64,
+    /// When the next claim purges expired records (see [`MemoryStore::set_purge_interval`]).
+    purge: super::purge::PurgeSchedule,
 }
 
 #[derive(Default)]
@@ -183,7 +185,36 @@ impl MemoryStore {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             hasher: RandomState::new(),
             next_token: AtomicU64::new(1),
+            purge: super::purge::PurgeSchedule::new(),
         }
+    }
+
+    /// How often expired records are purged without anyone calling
+    /// [`purge_expired`](Store::purge_expired): the first new claim after the interval
+    /// purges them, in its own call (default
+    /// [`DEFAULT_PURGE_INTERVAL`](super::DEFAULT_PURGE_INTERVAL); `None` turns it off).
+    pub fn set_purge_interval(&self, interval: Option<Duration>) {
+        self.purge.set_interval(interval);
+    }
+
+    /// Drops every expired record and the history of released keys; the count dropped.
+    fn purge_now(&self) -> u64 {
+        let now = Instant::now();
+        let mut purged = 0u64;
+        for shard in self.shards.iter() {
+            let mut shard = lock(shard);
+            shard.records.retain(|e| {
+                let keep = e.expires_at > now;
+                if !keep {
+                    wake(&e.state);
+                    purged += 1;
+                }
+                keep
+            });
+            // A released key has no record, so nothing keeps its history past a purge.
+            shard.released.clear();
+        }
+        purged
     }
 
     /// Number of records held (any state, expired ones included until purged).
@@ -364,6 +395,11 @@ impl Store for MemoryStore {
         };
         let (token, entry) = self.fresh(shard, hash, &req, now, HistoryKind::Claimed, history);
         shard.records.insert(entry);
+        drop(guard);
+        // The store grows only here: purge what expired, once per interval.
+        if self.purge.take_due() {
+            self.purge_now();
+        }
         Ok(ClaimOutcome::Acquired { token })
     }
 
@@ -557,22 +593,7 @@ impl Store for MemoryStore {
     }
 
     async fn purge_expired(&self) -> Result<u64, StoreError> {
-        let now = Instant::now();
-        let mut purged = 0u64;
-        for shard in self.shards.iter() {
-            let mut shard = lock(shard);
-            shard.records.retain(|e| {
-                let keep = e.expires_at > now;
-                if !keep {
-                    wake(&e.state);
-                    purged += 1;
-                }
-                keep
-            });
-            // A released key has no record, so nothing keeps its history past a purge.
-            shard.released.clear();
-        }
-        Ok(purged)
+        Ok(self.purge_now())
     }
 
     async fn wait(&self, key: &str, timeout: Duration) {

@@ -16,6 +16,7 @@ mod memory;
 mod open;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod purge;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "sqlite")]
@@ -25,6 +26,7 @@ pub use memory::MemoryStore;
 pub use open::open;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresStore, PostgresStoreBuilder};
+pub use purge::DEFAULT_PURGE_INTERVAL;
 #[cfg(feature = "redis")]
 pub use redis::{RedisStore, RedisStoreBuilder};
 #[cfg(feature = "sqlite")]

@@ -55,6 +55,7 @@ use core::fmt;
 use core::time::Duration;
 use std::error::Error as StdError;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
@@ -121,10 +122,12 @@ const RECORD_COLUMNS: &str = "key, tool, scope, fingerprint, args, worker, state
 /// ```
 pub struct PostgresStore {
     pool: Pool,
-    sql: Sql,
+    sql: Arc<Sql>,
     operation_timeout: Duration,
     /// `"schema".prefix` or `prefix`, for `Debug`.
     name: String,
+    /// When the next new claim purges expired records in the background.
+    purge: Arc<super::purge::PurgeSchedule>,
 }
 
 /// Options for [`PostgresStore`]: where its tables live, pool size and timeouts. Made
@@ -246,9 +249,10 @@ impl PostgresStoreBuilder {
         let names = Names::new(schema, prefix);
         let store = PostgresStore {
             pool,
-            sql: Sql::new(&names),
+            sql: Arc::new(Sql::new(&names)),
             operation_timeout: self.operation_timeout,
             name: names.display(),
+            purge: Arc::new(super::purge::PurgeSchedule::new()),
         };
         store
             .timed("migrating the schema", store.migrate(&names))
@@ -677,6 +681,15 @@ impl Sql {
 }
 
 impl PostgresStore {
+    /// How often expired records are purged without anyone calling
+    /// [`purge_expired`](Store::purge_expired): the first new claim after the interval
+    /// starts a purge in a task of its own (default
+    /// [`DEFAULT_PURGE_INTERVAL`](super::DEFAULT_PURGE_INTERVAL); `None` turns it off).
+    /// Every process purges on its own schedule; the statement is idempotent.
+    pub fn set_purge_interval(&self, interval: Option<Duration>) {
+        self.purge.set_interval(interval);
+    }
+
     /// Connects to `url` (a `postgres://` URL or a `key=value` connection string) with
     /// the default options, creating or migrating the store's tables.
     ///
@@ -1070,7 +1083,21 @@ fn record(row: &Row) -> Result<Record, StoreError> {
 #[async_trait::async_trait]
 impl Store for PostgresStore {
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
-        self.claim_or_takeover(req, None).await
+        let outcome = self.claim_or_takeover(req, None).await;
+        // The tables grow only by claims: purge what expired, once per interval, beside us.
+        if matches!(outcome, Ok(ClaimOutcome::Acquired { .. })) && self.purge.take_due() {
+            super::purge::spawn_purge(
+                PostgresStore {
+                    pool: self.pool.clone(),
+                    sql: Arc::clone(&self.sql),
+                    operation_timeout: self.operation_timeout,
+                    name: self.name.clone(),
+                    purge: Arc::clone(&self.purge),
+                },
+                "postgres",
+            );
+        }
+        outcome
     }
 
     async fn takeover(

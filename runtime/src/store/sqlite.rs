@@ -190,6 +190,8 @@ struct Inner {
     /// are found by polling.
     wakers: Box<[Notify]>,
     hasher: RandomState,
+    /// When the next new claim purges expired records in the background.
+    purge: super::purge::PurgeSchedule,
 }
 
 impl core::fmt::Debug for SqliteStore {
@@ -790,8 +792,17 @@ impl SqliteStore {
                 reader_permits: Arc::new(tokio::sync::Semaphore::new(MAX_READERS)),
                 wakers: (0..WAKE_SHARDS).map(|_| Notify::new()).collect(),
                 hasher: RandomState::new(),
+                purge: super::purge::PurgeSchedule::new(),
             }),
         })
+    }
+
+    /// How often expired records are purged without anyone calling
+    /// [`purge_expired`](Store::purge_expired): the first new claim after the interval
+    /// starts a purge in a task of its own (default
+    /// [`DEFAULT_PURGE_INTERVAL`](super::DEFAULT_PURGE_INTERVAL); `None` turns it off).
+    pub fn set_purge_interval(&self, interval: Option<Duration>) {
+        self.inner.purge.set_interval(interval);
     }
 
     /// The file this store lives in.
@@ -900,13 +911,24 @@ impl Store for SqliteStore {
         }
         // The key looked free: decide again under the write lock.
         let req = OwnedClaim::from(req);
-        self.write("claim", move |conn, now| {
-            match select_row(conn, &req.key)? {
-                Some(row) if !row.is_expired_result(now) => row.outcome(now),
-                _ => req.insert(conn, now, now, HistoryKind::Claimed),
-            }
-        })
-        .await
+        let outcome = self
+            .write("claim", move |conn, now| {
+                match select_row(conn, &req.key)? {
+                    Some(row) if !row.is_expired_result(now) => row.outcome(now),
+                    _ => req.insert(conn, now, now, HistoryKind::Claimed),
+                }
+            })
+            .await;
+        // The table grows only here: purge what expired, once per interval, beside us.
+        if self.inner.purge.take_due() {
+            super::purge::spawn_purge(
+                SqliteStore {
+                    inner: Arc::clone(&self.inner),
+                },
+                "sqlite",
+            );
+        }
+        outcome
     }
 
     async fn takeover(

@@ -444,3 +444,54 @@ pub async fn error_results_keep_their_flag(store: &dyn Store, p: &str) {
         other => panic!("{other:?}"),
     }
 }
+
+/// Expired records go without anyone calling `purge_expired`: the first new claim after
+/// the store's purge interval purges them. The caller sets the interval: short with
+/// `expect_purge`, off without (then the record must still be there, which shows it is
+/// the background purge, not expiry itself, that removed it). Not for Redis, whose keys
+/// expire on their own.
+pub async fn expired_records_are_purged_in_the_background(
+    store: &dyn Store,
+    p: &str,
+    expect_purge: bool,
+) {
+    let old = format!("{p}/bg-purge-old-{expect_purge}");
+    let token = acquire(store, req(&old, LONG)).await;
+    let short = Completion {
+        result: "1",
+        is_error: false,
+        ttl: Duration::from_millis(100),
+    };
+    store.complete(&old, token, short).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        store.lookup(&old).await.unwrap().is_some(),
+        "expired, but nothing has purged it yet"
+    );
+    acquire(
+        store,
+        req(&format!("{p}/bg-purge-new-{expect_purge}"), LONG),
+    )
+    .await;
+    // The purge may run beside the claim: poll against a deadline.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut present = true;
+    while std::time::Instant::now() < deadline {
+        present = store.lookup(&old).await.unwrap().is_some();
+        if !present || !expect_purge {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if !expect_purge {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        present = store.lookup(&old).await.unwrap().is_some();
+    }
+    assert_eq!(
+        present,
+        !expect_purge,
+        "background purge {}: the expired record is {}",
+        if expect_purge { "on" } else { "off" },
+        if present { "still there" } else { "gone" }
+    );
+}
