@@ -45,5 +45,16 @@ for target in "${targets[@]}"; do
     echo "fuzz target ${target} FAILED (exit ${status}); reproducer in fuzz/artifacts/${target}/" >&2
     exit "$status"
   fi
+  # The figure docs/guarantees.md renders (tests/figures.py): executions, from libFuzzer's
+  # own final stats.
+  execs="$(grep -E '^stat::number_of_executed_units:' "$log" | tail -n 1 | tr -dc '0-9')"
+  if [ -n "$execs" ]; then
+    printf '{"test":"fuzz","figure":"%s","line":"fuzz[%s]: %s executions in %ss, no crash, leak or timeout","values":{"executions":%s,"seconds":%s}}' \
+      "$target" "$target" "$execs" "$duration" "$execs" "$duration" \
+      | python3 "$here/../tests/figures.py" record --run "$(date +%s)000-fuzz-$$" \
+      || echo "figures: could not record the ${target} executions" >&2
+  else
+    echo "figures: no executions count in the ${target} log" >&2
+  fi
 done
 echo "all fuzz targets ran ${duration}s each without a crash"

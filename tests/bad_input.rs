@@ -97,6 +97,7 @@ async fn a_field_of_the_wrong_type_is_named_with_the_type_expected() {
     let (field, message) = invalid(&err);
     assert_eq!(field, Some("cart.items[1]"));
     assert!(message.contains("expected a string"), "{message}");
+    figures::passed("bad_input");
 }
 
 #[tokio::test]
@@ -113,6 +114,7 @@ async fn a_missing_field_is_named() {
     let (field, message) = invalid(&err);
     assert_eq!(field, Some("cart"));
     assert!(message.contains("missing field `id`"), "{message}");
+    figures::passed("bad_input");
 }
 
 #[tokio::test]
@@ -127,6 +129,7 @@ async fn an_extra_field_is_rejected_naming_it_and_the_expected_fields() {
         message.contains("`note`"),
         "lists the expected fields: {message}"
     );
+    figures::passed("bad_input");
 }
 
 #[tokio::test]
@@ -165,6 +168,7 @@ async fn arguments_that_are_not_an_object_are_refused_naming_the_expected_fields
     // `null` means "no arguments": every field is then missing.
     let err = refused(Value::Null).await;
     assert!(invalid(&err).1.contains("missing field"), "{err}");
+    figures::passed("bad_input");
 }
 
 static BIG_RUNS: AtomicUsize = AtomicUsize::new(0);
@@ -252,6 +256,7 @@ async fn sixteen_mib_arguments_are_refused_over_the_limit_and_accepted_under_a_r
         record.args.len() > SIXTEEN_MIB,
         "the arguments are stored whole"
     );
+    figures::passed("bad_input");
 }
 
 #[tokio::test]
@@ -268,6 +273,7 @@ async fn sixteen_mib_of_the_wrong_type_is_refused_naming_the_field_in_a_short_me
         message.contains("bytes elided") && message.contains("expected u64"),
         "{message}"
     );
+    figures::passed("bad_input");
 }
 
 fn nested_text(depth: usize) -> String {
@@ -312,6 +318,7 @@ async fn json_nested_ten_thousand_deep_is_refused_without_overflowing_the_stack(
         let (field, _) = invalid(&err);
         assert!(field.is_some_and(|f| f.starts_with(slot)), "{slot}: {err}");
     }
+    figures::passed("bad_input");
 }
 
 #[tokio::test]
@@ -329,6 +336,7 @@ async fn a_lone_surrogate_escape_is_refused_by_the_json_parser() {
     )
     .unwrap();
     assert_eq!(ok["cart"]["id"], "😀");
+    figures::passed("bad_input");
 }
 
 static NUL_RUNS: AtomicUsize = AtomicUsize::new(0);
@@ -382,6 +390,7 @@ async fn a_nul_in_a_key_field_gives_a_stable_distinct_key_and_stores_fine() {
     assert!(record.args.contains(r"c\u0000-1"), "{}", record.args);
     let stored: Value = serde_json::from_str(&record.args).unwrap();
     assert_eq!(stored["cart"]["id"], "c\0-1");
+    figures::passed("bad_input");
 }
 
 #[tokio::test]
@@ -415,6 +424,7 @@ async fn an_invalid_caller_scope_is_refused_naming_the_problem() {
     assert!(matches!(err, Error::InvalidArguments { .. }), "{err}");
     assert!(store.is_empty());
     assert_eq!(NEVER_RUNS.load(SeqCst), 0);
+    figures::passed("bad_input");
 }
 
 #[tokio::test]
@@ -456,6 +466,7 @@ async fn an_unknown_tool_is_named_with_a_suggestion_when_one_is_close() {
     assert!(err.to_string().contains("`drop_all_tables`"), "{err}");
     assert!(store.is_empty());
     assert_eq!(NEVER_RUNS.load(SeqCst), 0);
+    figures::passed("bad_input");
 }
 
 /// How a [`BrokenStore`] misbehaves.
@@ -581,6 +592,7 @@ async fn a_corrupted_stored_record_fails_closed_as_a_store_error_and_nothing_run
         assert!(store.inner.is_empty());
     }
     assert_eq!(NEVER_RUNS.load(SeqCst), 0);
+    figures::passed("bad_input");
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -669,4 +681,7 @@ async fn a_stored_result_of_an_older_type_is_a_codec_error_naming_version() {
         matches!(after.state, tool_contracts::store::RecordState::Completed { ref result, .. } if result == "\"receipt #3\""),
         "the record is untouched: {after:?}"
     );
+    figures::passed("bad_input");
 }
+
+mod figures;

@@ -1,29 +1,42 @@
 //! Clocks: leases and expiry are decided by the store's clock, never by a worker's.
 //!
-//! The engine's own clock is tokio's `Instant`, used only for sleeps (heartbeats, waiting
-//! for a running duplicate). Shared stores read the server's clock inside each operation
-//! (Redis `TIME`, PostgreSQL `clock_timestamp()`), so a worker whose clock jumps ahead
-//! cannot see another worker's live lease as expired and steal it. Here worker B's tokio
-//! clock jumps one hour ahead (`tokio::time::pause()` + `advance(1 h)`, then `resume()`, so
-//! its clock keeps running an hour ahead while it talks to the server) and B still sees
-//! worker A's lease as live: `Error::InProgress` through the engine, and
-//! `ClaimOutcome::InProgress` from the store.
+//! Worker A (this process, the machine's clock) holds a key; worker B is another process
+//! whose *system clock* runs one hour ahead: the test binary re-executes itself
+//! (`clock_worker_entry_point`, a no-op unless `TC_CLOCK_ROLE` is set) under libfaketime
+//! (`faketime -f +1h`, Debian's `faketime` package), which moves every clock the process
+//! reads (`SystemTime`, and tokio's clock with it). B must still see A's lease as live,
+//! through the engine (`in_progress`) and through the store (`ClaimOutcome::InProgress`),
+//! and, once A finished, replay A's result.
 //!
-//! Stores without a server clock make a documented assumption instead:
-//! - `SqliteStore` reads the machine's system clock (`SystemTime`) in its transaction:
-//!   one clock for every process of one machine, which is why it must not sit on a
-//!   network share. A jump of the engine's tokio clock does not affect it (tested).
+//! - Redis and PostgreSQL read the server's clock inside each operation (Redis `TIME`,
+//!   PostgreSQL `clock_timestamp()`): B's clock does not enter, and the check passes.
+//! - The check can fail: the same check, run on a store that decides lease expiry by the
+//!   worker's `SystemTime::now()` (`WorkerClockLeases`, a deliberately broken wrapper over
+//!   the same servers), must fail, and does (`the_check_catches_a_store_that_reads_the_
+//!   worker_clock_*`). B's clock is also checked to be an hour ahead, so a faketime that
+//!   silently did nothing fails the test instead of passing it.
+//! - `SqliteStore` is embedded: it reads the clock of whichever process runs the
+//!   transaction, i.e. the worker's. It is safe because every process of one machine shares
+//!   the machine's clock (tested: B in another process without a skew sees the live lease);
+//!   a process whose clock differs from the machine's, as under faketime, sees a live lease
+//!   as abandoned (tested, so the limit documented in docs/guarantees.md is pinned).
 //! - `MemoryStore` reads the process's tokio clock: every worker sharing it lives in the
-//!   one process and sees the same clock, so a jump moves every lease at once (tested, so
-//!   the assumption is pinned: it is the store for one process and for paused-time tests).
+//!   one process and sees the same clock, so a jump moves every lease at once (tested).
+//!
+//! Where `faketime` is not installed the skewed tests fail under `CI` and skip loudly
+//! otherwise (`.ci/run` installs it). Each result is recorded as a figure (`clock[...]`).
 
+mod figures;
+
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tool_contracts::store::{
-    ClaimOutcome, ClaimRequest, PostgresStore, RedisStore, SqliteStore, Store,
+    ClaimOutcome, ClaimRequest, Completion, HistoryEvent, HistoryKind, PostgresStore, Record,
+    RecordState, RedisStore, Resolution, SqliteStore, Store, StoreError,
 };
 use tool_contracts::{mutating_tool, registry, with_scope, with_store, Error, MemoryStore};
 
@@ -41,6 +54,10 @@ impl From<Error> for ClockError {
 
 const LEASE: Duration = Duration::from_secs(3);
 
+/// How far ahead worker B's clock runs.
+const SKEW: &str = "+1h";
+const SKEW_SECS: u64 = 3600;
+
 /// Holds its key until the test sends on the job's channel.
 #[mutating_tool(idempotency_key_fields = [job], lease = "3s", concurrent = "reject")]
 pub async fn clock_hold(job: String) -> Result<String, ClockError> {
@@ -54,6 +71,12 @@ pub async fn clock_hold(job: String) -> Result<String, ClockError> {
 static HOLDS: std::sync::Mutex<
     std::collections::BTreeMap<String, tokio::sync::oneshot::Receiver<()>>,
 > = std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
 
 fn unique(label: &str) -> String {
     let nanos = SystemTime::now()
@@ -85,24 +108,257 @@ fn request<'a>(key: &'a str) -> ClaimRequest<'a> {
     }
 }
 
-type Opener = Arc<
-    dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = Arc<dyn Store>> + Send>>
-        + Send
-        + Sync,
->;
+// ---------------------------------------------------------------------------------------
+// The broken store the check must catch.
 
-/// Worker A (real clock) holds `clock_hold(job)`; worker B, whose tokio clock jumped an hour
-/// ahead, must still see A's lease as live, through the engine and through the store.
-fn skewed_worker_sees_the_live_lease(label: &str, open: Opener) {
+/// Deliberately broken: decides whether a lease is live by the worker's own
+/// `SystemTime::now()` instead of the server's clock, and takes over what the worker's
+/// clock says has expired (abandoning it for its holder first, so the server lets it).
+/// Never use this: it exists to show the clock check fails on such a store.
+struct WorkerClockLeases(Arc<dyn Store>);
+
+impl WorkerClockLeases {
+    /// The holder's token, if the worker's clock says its lease has run out.
+    async fn expired_by_my_clock(&self, key: &str) -> Result<Option<u64>, StoreError> {
+        Ok(match self.0.lookup(key).await? {
+            Some(Record {
+                state:
+                    RecordState::InProgress {
+                        token,
+                        lease_expires_at,
+                    },
+                ..
+            }) if lease_expires_at <= SystemTime::now() => Some(token),
+            _ => None,
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for WorkerClockLeases {
+    async fn claim(&self, r: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+        match self.0.claim(r).await? {
+            ClaimOutcome::InProgress { fingerprint, .. } => {
+                match self.expired_by_my_clock(r.key).await? {
+                    Some(token) => Ok(ClaimOutcome::Abandoned { token, fingerprint }),
+                    None => self.0.claim(r).await,
+                }
+            }
+            other => Ok(other),
+        }
+    }
+    async fn takeover(&self, r: ClaimRequest<'_>, t: u64) -> Result<ClaimOutcome, StoreError> {
+        if self.expired_by_my_clock(r.key).await? == Some(t) {
+            self.0.abandon(r.key, t).await?;
+        }
+        self.0.takeover(r, t).await
+    }
+    async fn complete(&self, key: &str, token: u64, c: Completion<'_>) -> Result<(), StoreError> {
+        self.0.complete(key, token, c).await
+    }
+    async fn release(&self, key: &str, token: u64) -> Result<(), StoreError> {
+        self.0.release(key, token).await
+    }
+    async fn renew(&self, key: &str, token: u64, lease: Duration) -> Result<(), StoreError> {
+        self.0.renew(key, token, lease).await
+    }
+    async fn abandon(&self, key: &str, token: u64) -> Result<(), StoreError> {
+        self.0.abandon(key, token).await
+    }
+    async fn lookup(&self, key: &str) -> Result<Option<Record>, StoreError> {
+        self.0.lookup(key).await
+    }
+    async fn pending(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
+        self.0.pending(limit).await
+    }
+    async fn resolve(
+        &self,
+        key: &str,
+        r: Resolution<'_>,
+        kind: HistoryKind,
+        operator: &str,
+    ) -> Result<(), StoreError> {
+        self.0.resolve(key, r, kind, operator).await
+    }
+    async fn history(&self, key: &str) -> Result<Vec<HistoryEvent>, StoreError> {
+        self.0.history(key).await
+    }
+    async fn purge_expired(&self) -> Result<u64, StoreError> {
+        self.0.purge_expired().await
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Stores, as both processes open them.
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Backend {
+    /// `sqlite`, `redis` or `postgres`.
+    kind: String,
+    /// File path or server URL.
+    url: String,
+    /// Redis key prefix or PostgreSQL schema.
+    ns: String,
+    /// Wrap the store in the broken `WorkerClockLeases`.
+    broken: bool,
+}
+
+impl Backend {
+    async fn open(&self) -> Arc<dyn Store> {
+        let store: Arc<dyn Store> = match self.kind.as_str() {
+            "sqlite" => Arc::new(SqliteStore::open(&self.url).await.unwrap()),
+            "redis" => Arc::new(RedisStore::with_prefix(&self.url, &self.ns).await.unwrap()),
+            "postgres" => Arc::new(
+                PostgresStore::builder(&self.url)
+                    .schema(&self.ns)
+                    .max_connections(2)
+                    .connect()
+                    .await
+                    .unwrap(),
+            ),
+            other => panic!("unknown backend {other}"),
+        };
+        if self.broken {
+            Arc::new(WorkerClockLeases(store))
+        } else {
+            store
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Worker B: a child process, under faketime.
+
+/// What worker B saw.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct View {
+    /// B's `SystemTime::now()` when it started, in unix ms.
+    b_now_ms: u64,
+    /// B found A's record.
+    record_seen: bool,
+    /// The engine's answer to B's call.
+    engine: Result<String, String>,
+    /// The store's answer to B's claim (absent after A finished).
+    store: Option<String>,
+    /// The lease remaining, if the store answered `InProgress`.
+    lease_remaining_ms: Option<u64>,
+}
+
+const MARK: &str = "TC_CLOCK_VIEW ";
+
+async fn worker_b(role: &str) -> View {
+    let b_now_ms = now_ms();
+    let backend: Backend = serde_json::from_str(&std::env::var("TC_CLOCK_BACKEND").unwrap())
+        .expect("TC_CLOCK_BACKEND");
+    let job = std::env::var("TC_CLOCK_JOB").unwrap();
+    let scope = std::env::var("TC_CLOCK_SCOPE").unwrap();
+    let store = backend.open().await;
+    let key = with_scope(scope.clone(), async { key_of(&job) }).await;
+    let record_seen = store.lookup(&key).await.unwrap().is_some();
+    let engine = with_store(
+        Arc::clone(&store),
+        with_scope(scope.clone(), clock_hold(job.clone())),
+    )
+    .await
+    .map_err(|e| e.to_string());
+    let (store_view, lease_remaining_ms) = if role == "while-held" {
+        match store.claim(request(&key)).await.unwrap() {
+            ClaimOutcome::InProgress {
+                lease_remaining, ..
+            } => (
+                Some("in_progress".to_owned()),
+                Some(lease_remaining.as_millis() as u64),
+            ),
+            other => (Some(format!("{other:?}")), None),
+        }
+    } else {
+        (None, None)
+    };
+    View {
+        b_now_ms,
+        record_seen,
+        engine,
+        store: store_view,
+        lease_remaining_ms,
+    }
+}
+
+/// Not a test of its own: the entry point of worker B's process.
+#[test]
+fn clock_worker_entry_point() {
+    let Ok(role) = std::env::var("TC_CLOCK_ROLE") else {
+        return;
+    };
+    let view = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(worker_b(&role));
+    // libtest prints its own text on the same stream, possibly on the same line.
+    println!("\n{MARK}{}", serde_json::to_string(&view).unwrap());
+}
+
+/// Runs worker B (`role`: `while-held` or `after`), under `faketime` when `skew` is set.
+fn run_b(role: &str, backend: &Backend, scope: &str, job: &str, skew: Option<&str>) -> View {
+    let exe = std::env::current_exe().unwrap();
+    let mut cmd = match skew {
+        Some(skew) => {
+            let mut c = Command::new("faketime");
+            c.args(["-f", skew]).arg(exe);
+            c
+        }
+        None => Command::new(exe),
+    };
+    let out = cmd
+        .args([
+            "--exact",
+            "clock_worker_entry_point",
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ])
+        .env("TC_CLOCK_ROLE", role)
+        .env("TC_CLOCK_BACKEND", serde_json::to_string(backend).unwrap())
+        .env("TC_CLOCK_SCOPE", scope)
+        .env("TC_CLOCK_JOB", job)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "worker B ({role}) failed: {:?}",
+        out.status
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix(MARK))
+        .unwrap_or_else(|| panic!("worker B ({role}) reported nothing:\n{text}"));
+    serde_json::from_str(line).unwrap()
+}
+
+/// One trial: A holds the key; B looks while A holds it, then after A finished.
+struct Trial {
+    label: String,
+    job: String,
+    /// How far B's clock was ahead of A's, in ms (A's clock read just before B started).
+    skew_ms: i64,
+    while_held: View,
+    after: View,
+    a_result: Result<String, String>,
+}
+
+fn trial(label: &str, backend: &Backend, skew: Option<&str>) -> Trial {
     let job = unique(label);
     let scope = unique("clock");
     let (release, hold) = tokio::sync::oneshot::channel();
     HOLDS.lock().unwrap().insert(job.clone(), hold);
 
-    // Worker A: a real-time runtime on its own thread, holding the key (heartbeat on).
-    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    // Worker A: a runtime on its own thread, holding the key (heartbeat on).
     let a = {
-        let (open, job, scope) = (Arc::clone(&open), job.clone(), scope.clone());
+        let (backend, job, scope) = (backend.clone(), job.clone(), scope.clone());
         std::thread::spawn(move || {
             tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(1)
@@ -110,15 +366,11 @@ fn skewed_worker_sees_the_live_lease(label: &str, open: Opener) {
                 .build()
                 .unwrap()
                 .block_on(async move {
-                    let store = open().await;
-                    let task = with_store(store, with_scope(scope, clock_hold(job)));
-                    let task = tokio::spawn(task);
-                    started_tx.send(()).unwrap();
-                    task.await.unwrap()
+                    let store = backend.open().await;
+                    with_store(store, with_scope(scope, clock_hold(job))).await
                 })
         })
     };
-    started_rx.recv().unwrap();
     // A's body has taken its hold: A claimed the key and runs.
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while HOLDS.lock().unwrap().contains_key(&job) {
@@ -129,66 +381,87 @@ fn skewed_worker_sees_the_live_lease(label: &str, open: Opener) {
         std::thread::sleep(Duration::from_millis(5));
     }
 
-    // Worker B: a runtime whose clock jumps an hour ahead before it touches the store.
-    let b_runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap();
-    let (engine_view, store_view, skew) = b_runtime.block_on(async {
-        let before = tokio::time::Instant::now();
-        tokio::time::advance(Duration::from_secs(3600)).await;
-        tokio::time::resume();
-        let skew = tokio::time::Instant::now() - before;
-        let store = open().await;
-        let key = with_scope(scope.clone(), async { key_of(&job) }).await;
-        assert!(
-            store.lookup(&key).await.unwrap().is_some(),
-            "[{label}] A holds the key"
-        );
-        let engine_view = with_store(
-            Arc::clone(&store),
-            with_scope(scope.clone(), clock_hold(job.clone())),
-        )
-        .await;
-        let store_view = store.claim(request(&key)).await.unwrap();
-        (engine_view, store_view, skew)
-    });
-    assert!(
-        skew >= Duration::from_secs(3600),
-        "[{label}] B's clock jumped: {skew:?}"
-    );
-    match engine_view {
-        Err(ClockError::Contract(e)) => assert!(
-            e.starts_with("in_progress"),
-            "[{label}] B sees A's call in progress, not abandoned: {e}"
-        ),
-        Ok(v) => panic!("[{label}] B ran or replayed while A holds the key: {v}"),
-    }
-    match store_view {
-        ClaimOutcome::InProgress {
-            lease_remaining, ..
-        } => assert!(
-            !lease_remaining.is_zero() && lease_remaining <= LEASE,
-            "[{label}] the server's lease is live and at most {LEASE:?}: {lease_remaining:?}"
-        ),
-        other => panic!("[{label}] a skewed worker must see the live lease, got {other:?}"),
-    }
-
-    // A finishes; B, still an hour ahead, now gets A's result.
+    let a_now_ms = now_ms();
+    let while_held = run_b("while-held", backend, &scope, &job, skew);
     release.send(()).unwrap();
-    let a_result = a.join().unwrap();
-    assert_eq!(a_result.unwrap(), format!("held-{job}"));
-    let replay = b_runtime.block_on(async {
-        let store = open().await;
-        with_store(store, with_scope(scope, clock_hold(job.clone()))).await
-    });
-    assert_eq!(
-        replay.unwrap(),
-        format!("held-{job}"),
-        "[{label}] B replays A's result"
+    let a_result = a.join().unwrap().map_err(|e| e.to_string());
+    let after = run_b("after", backend, &scope, &job, skew);
+    Trial {
+        label: label.to_owned(),
+        job,
+        skew_ms: while_held.b_now_ms as i64 - a_now_ms as i64,
+        while_held,
+        after,
+        a_result,
+    }
+}
+
+/// The clock check: B saw A's lease as live, through the engine and the store, then
+/// replayed A's result. `Err` says what B saw instead.
+fn check(t: &Trial) -> Result<(), String> {
+    let label = &t.label;
+    if !t.while_held.record_seen {
+        return Err(format!("[{label}] B did not find A's record"));
+    }
+    match &t.while_held.engine {
+        Err(e) if e.starts_with("in_progress") => {}
+        other => {
+            return Err(format!(
+                "[{label}] B must see A's call in progress, got {other:?}"
+            ))
+        }
+    }
+    match (
+        t.while_held.store.as_deref(),
+        t.while_held.lease_remaining_ms,
+    ) {
+        (Some("in_progress"), Some(ms)) if ms > 0 && ms <= LEASE.as_millis() as u64 => {}
+        other => {
+            return Err(format!(
+                "[{label}] the store must show B a live lease of at most {LEASE:?}, got {other:?}"
+            ))
+        }
+    }
+    let expected = format!("held-{}", t.job);
+    if t.a_result.as_deref() != Ok(expected.as_str()) {
+        return Err(format!("[{label}] A's call: {:?}", t.a_result));
+    }
+    if t.after.engine.as_deref() != Ok(expected.as_str()) {
+        return Err(format!(
+            "[{label}] B must replay A's result {expected:?}, got {:?}",
+            t.after.engine
+        ));
+    }
+    Ok(())
+}
+
+/// B's clock really ran an hour ahead of A's (a faketime that did nothing fails here).
+fn assert_skewed(t: &Trial) {
+    let ahead = Duration::from_secs(SKEW_SECS).as_millis() as i64;
+    assert!(
+        (ahead - 60_000..ahead + 60_000).contains(&t.skew_ms),
+        "[{}] B's clock must run {SKEW} ahead of A's, ran {} ms ahead",
+        t.label,
+        t.skew_ms
     );
-    println!("clock[{label}]: worker B's clock 1h ahead still saw worker A's live lease (InProgress), then replayed A's result");
+}
+
+/// `faketime` on the PATH, or a loud skip (a failure under `CI`).
+fn faketime_or_skip() -> bool {
+    let ok = Command::new("faketime")
+        .args(["-f", "+0", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "faketime is not installed: the clock tests need it in CI (apt-get install faketime)"
+        );
+        eprintln!("skipped: install faketime (apt-get install faketime) to run the clock tests");
+    }
+    ok
 }
 
 fn url_or_skip(var: &str, what: &str) -> Option<String> {
@@ -204,67 +477,223 @@ fn url_or_skip(var: &str, what: &str) -> Option<String> {
     }
 }
 
-#[test]
-fn redis_worker_whose_clock_jumps_an_hour_still_sees_a_live_lease() {
-    let Some(url) = url_or_skip("TOOL_CONTRACTS_REDIS_URL", "Redis") else {
-        return;
-    };
+/// A Redis backend under a fresh prefix, and the guard that deletes its keys.
+fn redis_backend(broken: bool) -> Option<(Backend, Cleanup)> {
+    let url = url_or_skip("TOOL_CONTRACTS_REDIS_URL", "Redis")?;
     let prefix = format!("{}:", unique("tc-clock"));
     let (u, p) = (url.clone(), prefix.clone());
-    let open: Opener = Arc::new(move || {
-        let (u, p) = (u.clone(), p.clone());
-        Box::pin(async move {
-            Arc::new(RedisStore::with_prefix(&u, &p).await.unwrap()) as Arc<dyn Store>
-        })
-    });
-    let _cleanup = Cleanup(Box::new(move || redis_delete_prefix(&url, &prefix)));
-    skewed_worker_sees_the_live_lease("redis", open);
+    let cleanup = Cleanup(Box::new(move || redis_delete_prefix(&u, &p)));
+    let backend = Backend {
+        kind: "redis".to_owned(),
+        url,
+        ns: prefix,
+        broken,
+    };
+    Some((backend, cleanup))
 }
 
-#[test]
-fn postgres_worker_whose_clock_jumps_an_hour_still_sees_a_live_lease() {
-    let Some(url) = url_or_skip("TOOL_CONTRACTS_POSTGRES_URL", "PostgreSQL") else {
-        return;
-    };
+/// A PostgreSQL backend in a fresh schema, and the guard that drops it.
+fn postgres_backend(broken: bool) -> Option<(Backend, Cleanup)> {
+    let url = url_or_skip("TOOL_CONTRACTS_POSTGRES_URL", "PostgreSQL")?;
     let schema = unique("tc_clock").replace('-', "_");
     let (u, s) = (url.clone(), schema.clone());
-    let open: Opener = Arc::new(move || {
-        let (u, s) = (u.clone(), s.clone());
-        Box::pin(async move {
-            let store = PostgresStore::builder(&u).schema(&s).max_connections(2);
-            Arc::new(store.connect().await.unwrap()) as Arc<dyn Store>
-        })
-    });
-    skewed_worker_sees_the_live_lease("postgres", open);
-    let _ = std::process::Command::new("psql")
-        .args([
-            url.as_str(),
-            "-q",
-            "-c",
-            &format!("DROP SCHEMA IF EXISTS {schema} CASCADE"),
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status();
+    let cleanup = Cleanup(Box::new(move || postgres_drop_schema(&u, &s)));
+    let backend = Backend {
+        kind: "postgres".to_owned(),
+        url,
+        ns: schema,
+        broken,
+    };
+    Some((backend, cleanup))
 }
 
-/// SQLite has no server clock: it reads the machine's system clock, shared by every
-/// process of the machine (the single-machine assumption). The engine's tokio clock does
-/// not enter into it.
-#[test]
-fn sqlite_leases_follow_the_machine_clock_not_the_engine_clock() {
+/// A SQLite file, and the guard that deletes it.
+fn sqlite_backend() -> (Backend, Cleanup) {
     let path = std::env::temp_dir().join(format!("{}.db", unique("tc-clock")));
     let p = path.clone();
-    let open: Opener = Arc::new(move || {
-        let p = p.clone();
-        Box::pin(async move { Arc::new(SqliteStore::open(&p).await.unwrap()) as Arc<dyn Store> })
-    });
-    let _cleanup = Cleanup(Box::new(move || {
+    let cleanup = Cleanup(Box::new(move || {
         for ext in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{ext}", path.display()));
+            let _ = std::fs::remove_file(format!("{}{ext}", p.display()));
         }
     }));
-    skewed_worker_sees_the_live_lease("sqlite", open);
+    let backend = Backend {
+        kind: "sqlite".to_owned(),
+        url: path.display().to_string(),
+        ns: String::new(),
+        broken: false,
+    };
+    (backend, cleanup)
+}
+
+/// What B saw while A held the key, in a few words: the engine's error code or result,
+/// and the store's answer.
+fn seen(t: &Trial) -> String {
+    let engine = match &t.while_held.engine {
+        Ok(v) => format!("ran or replayed ({v})"),
+        Err(e) => e.split(':').next().unwrap_or("").to_owned(),
+    };
+    let store = t.while_held.store.as_deref().unwrap_or("-");
+    let store = store.split([' ', '{']).next().unwrap_or("");
+    format!("engine `{engine}`, store `{store}`")
+}
+
+fn record(t: &Trial, line: &str, caught: bool) {
+    println!("clock[{}]: {line}", t.label);
+    figures::record(
+        "clock",
+        &t.label,
+        &format!("clock[{}]: {line}", t.label),
+        json!({ "skew_ms": t.skew_ms, "check_failed": caught }),
+    );
+}
+
+/// A shared store passes the check with B an hour ahead.
+fn shared_store_passes(backend: &Backend) {
+    let t = trial(&backend.kind, backend, Some(SKEW));
+    assert_skewed(&t);
+    if let Err(e) = check(&t) {
+        panic!("{e}");
+    }
+    record(
+        &t,
+        &format!(
+            "worker B's system clock {:.0}s ahead (faketime) still saw worker A's live lease \
+             (in_progress, {} ms left), then replayed A's result",
+            t.skew_ms as f64 / 1000.0,
+            t.while_held.lease_remaining_ms.unwrap_or(0)
+        ),
+        false,
+    );
+}
+
+/// The same check on the same server, through the worker-clock store: it must fail.
+fn broken_store_is_caught(backend: &Backend) {
+    assert!(backend.broken);
+    let label = format!("{}+worker-clock", backend.kind);
+    let t = trial(&label, backend, Some(SKEW));
+    assert_skewed(&t);
+    let Err(caught) = check(&t) else {
+        panic!("[{label}] the clock check passed a store that reads the worker's clock");
+    };
+    assert!(
+        t.while_held
+            .store
+            .as_deref()
+            .is_some_and(|s| s.starts_with("Abandoned")),
+        "[{label}] the broken store showed B the live lease as abandoned: {caught}"
+    );
+    record(
+        &t,
+        &format!(
+            "the same check on a deliberately broken store (lease expiry by the worker's clock) \
+             failed, as it must: B an hour ahead saw {}",
+            seen(&t)
+        ),
+        true,
+    );
+}
+
+#[test]
+fn redis_worker_whose_system_clock_runs_an_hour_ahead_still_sees_a_live_lease() {
+    let Some((backend, _cleanup)) = redis_backend(false) else {
+        return;
+    };
+    if faketime_or_skip() {
+        shared_store_passes(&backend);
+    }
+}
+
+#[test]
+fn postgres_worker_whose_system_clock_runs_an_hour_ahead_still_sees_a_live_lease() {
+    let Some((backend, _cleanup)) = postgres_backend(false) else {
+        return;
+    };
+    if faketime_or_skip() {
+        shared_store_passes(&backend);
+    }
+}
+
+/// The check is not vacuous: a store that reads the worker's clock fails it.
+#[test]
+fn the_check_catches_a_store_that_reads_the_worker_clock_on_redis() {
+    let Some((backend, _cleanup)) = redis_backend(true) else {
+        return;
+    };
+    if faketime_or_skip() {
+        broken_store_is_caught(&backend);
+    }
+}
+
+/// The check is not vacuous: a store that reads the worker's clock fails it.
+#[test]
+fn the_check_catches_a_store_that_reads_the_worker_clock_on_postgres() {
+    let Some((backend, _cleanup)) = postgres_backend(true) else {
+        return;
+    };
+    if faketime_or_skip() {
+        broken_store_is_caught(&backend);
+    }
+}
+
+/// SQLite reads the clock of the process running the transaction. Another process on the
+/// machine's clock sees the live lease (the single-machine assumption holds).
+#[test]
+fn sqlite_process_on_the_machine_clock_sees_a_live_lease() {
+    let (backend, _cleanup) = sqlite_backend();
+    let t = trial("sqlite", &backend, None);
+    if let Err(e) = check(&t) {
+        panic!("{e}");
+    }
+    record(
+        &t,
+        &format!(
+            "worker B in another process on the machine's clock saw worker A's live lease \
+             (in_progress, {} ms left), then replayed A's result",
+            t.while_held.lease_remaining_ms.unwrap_or(0)
+        ),
+        false,
+    );
+}
+
+/// SQLite reads the clock of the process running the transaction. A process whose clock
+/// runs an hour ahead of the machine's sees A's live lease as abandoned: SQLite's leases
+/// are only as good as the agreement of its processes' clocks (documented limit).
+#[test]
+fn sqlite_process_whose_clock_runs_an_hour_ahead_sees_a_live_lease_as_abandoned() {
+    if !faketime_or_skip() {
+        return;
+    }
+    let (backend, _cleanup) = sqlite_backend();
+    let t = trial("sqlite+faketime", &backend, Some(SKEW));
+    assert_skewed(&t);
+    let Err(failed) = check(&t) else {
+        panic!("[sqlite+faketime] an embedded store cannot ignore its process's clock");
+    };
+    assert!(
+        t.while_held
+            .store
+            .as_deref()
+            .is_some_and(|s| s.starts_with("Abandoned")),
+        "[sqlite+faketime] B's clock decides: {failed}"
+    );
+    assert!(
+        t.while_held
+            .engine
+            .as_ref()
+            .is_err_and(|e| e.starts_with("outcome_unknown")),
+        "[sqlite+faketime] without verify, B reports an unknown outcome, never a second run: {:?}",
+        t.while_held
+    );
+    record(
+        &t,
+        &format!(
+            "worker B's system clock {:.0}s ahead (faketime) saw worker A's live lease as \
+             abandoned ({}): the documented limit, SQLite's processes must share one clock",
+            t.skew_ms as f64 / 1000.0,
+            seen(&t)
+        ),
+        true,
+    );
 }
 
 /// `MemoryStore` reads the process's tokio clock: all its workers share that one clock, so
@@ -286,7 +715,7 @@ async fn memory_store_leases_follow_the_one_process_clock_it_serves() {
     );
 }
 
-/// Removes what a test left in a shared server, pass or fail.
+/// Removes what a test left in a shared server or on disk, pass or fail.
 struct Cleanup(Box<dyn Fn()>);
 
 impl Drop for Cleanup {
@@ -295,24 +724,34 @@ impl Drop for Cleanup {
     }
 }
 
-/// Deletes every key under `prefix` on the server at `url`, speaking RESP directly.
+/// Deletes every key under `prefix` on the Redis server at `url`.
 fn redis_delete_prefix(url: &str, prefix: &str) {
-    use std::io::{Read, Write};
-    let addr = url
-        .trim_start_matches("redis://")
-        .split('/')
-        .next()
-        .unwrap_or("127.0.0.1:6379");
     let script =
         "for _, k in ipairs(redis.call('KEYS', ARGV[1])) do redis.call('DEL', k) end return 0";
-    let args = ["EVAL", script, "0", &format!("{prefix}*")];
-    let mut cmd = format!("*{}\r\n", args.len());
-    for a in args {
-        cmd.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+    let deleted = redis::Client::open(url)
+        .and_then(|c| c.get_connection())
+        .and_then(|mut conn| {
+            redis::cmd("EVAL")
+                .arg(script)
+                .arg(0)
+                .arg(format!("{prefix}*"))
+                .query::<i64>(&mut conn)
+        });
+    if let Err(e) = deleted {
+        eprintln!("cleanup: could not delete {prefix}* on {url}: {e}");
     }
-    if let Ok(mut s) = std::net::TcpStream::connect(addr) {
-        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-        let _ = s.write_all(cmd.as_bytes());
-        let _ = s.read(&mut [0u8; 64]);
-    }
+}
+
+/// Drops the PostgreSQL schema a test made.
+fn postgres_drop_schema(url: &str, schema: &str) {
+    let _ = Command::new("psql")
+        .args([
+            url,
+            "-q",
+            "-c",
+            &format!("DROP SCHEMA IF EXISTS {schema} CASCADE"),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
 }

@@ -28,8 +28,10 @@
 //! - after the last lease passed, the only pending keys are plain calls whose worker died
 //!   mid-call (unknown by design, `OutcomeUnknown`), and recovery leaves exactly those.
 //!
-//! One summary line per store is printed (`crash_injection[...]`), quoted by
-//! `docs/guarantees.md`.
+//! One summary line per store is printed (`crash_injection[...]`) and recorded as a
+//! figure (`tests/figures/mod.rs`), from which `docs/guarantees.md` is rendered.
+
+mod figures;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
@@ -854,7 +856,7 @@ fn campaign(backend: &'static str, url: String, ns: String) {
             .map(|(_, t)| t.len())
             .sum()
     };
-    println!(
+    let line = format!(
         "crash_injection[{backend}]: seed={seed} kills survived={kills} (after the worker was up: {kills_after_ready}) \
          intents={to} effects={effects} (verified={} plain={} reserve={} ship={} quote={}) \
          unknown-by-design={} reconciled-by-recovery={reconciled} duplicates seen={} \
@@ -869,6 +871,21 @@ fn campaign(backend: &'static str, url: String, ns: String) {
         kill_cycle.as_millis(),
         kill_phase.as_secs_f64(),
         started.elapsed().as_secs_f64(),
+    );
+    println!("{line}");
+    figures::record(
+        "crash_injection",
+        backend,
+        &line,
+        json!({
+            "seed": seed,
+            "kills": kills,
+            "intents": to,
+            "effects": effects,
+            "unknown": unknown.len(),
+            "reconciled": reconciled,
+            "duplicates": duplicates.len(),
+        }),
     );
     let _ = std::fs::remove_dir_all(&c.dir);
 }
@@ -889,24 +906,21 @@ fn url_or_skip(var: &str, what: &str) -> Option<String> {
     }
 }
 
-/// Deletes every key under `prefix` on the server at `url`, speaking RESP directly.
+/// Deletes every key under `prefix` on the Redis server at `url`.
 fn redis_delete_prefix(url: &str, prefix: &str) {
-    let addr = url
-        .trim_start_matches("redis://")
-        .split('/')
-        .next()
-        .unwrap_or("127.0.0.1:6379");
     let script =
         "for _, k in ipairs(redis.call('KEYS', ARGV[1])) do redis.call('DEL', k) end return 0";
-    let args = ["EVAL", script, "0", &format!("{prefix}*")];
-    let mut cmd = format!("*{}\r\n", args.len());
-    for a in args {
-        cmd.push_str(&format!("${}\r\n{a}\r\n", a.len()));
-    }
-    if let Ok(mut s) = std::net::TcpStream::connect(addr) {
-        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-        let _ = s.write_all(cmd.as_bytes());
-        let _ = s.read(&mut [0u8; 64]);
+    let deleted = redis::Client::open(url)
+        .and_then(|c| c.get_connection())
+        .and_then(|mut conn| {
+            redis::cmd("EVAL")
+                .arg(script)
+                .arg(0)
+                .arg(format!("{prefix}*"))
+                .query::<i64>(&mut conn)
+        });
+    if let Err(e) = deleted {
+        eprintln!("cleanup: could not delete {prefix}* on {url}: {e}");
     }
 }
 

@@ -16,6 +16,10 @@
 //!   store delays `renew` until after its lease ran out; worker B takes the key over and
 //!   completes; A's late renewal and completion are refused (fencing token), the stored
 //!   result and the key's history are B's.
+//!
+//! Each test's summary line is printed and recorded as a figure (`tests/figures/mod.rs`).
+
+mod figures;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -614,14 +618,36 @@ async fn stop_start(
         50
     );
     assert!(effects_of("plain", store_id).values().all(|v| v.len() == 1));
-    println!(
+    let duplicates = ["verified", "plain"]
+        .iter()
+        .map(|kind| {
+            effects_of(kind, store_id)
+                .values()
+                .filter(|v| v.len() > 1)
+                .count()
+        })
+        .sum::<usize>();
+    let line = format!(
         "store_faults[{label}]: server killed mid-workload with calls in flight, down {:.1}s; \
          {probes} probe calls failed closed (slowest {}ms); workload store errors {store_errors}; \
          50 verified intents, 50 effects; plain unknown-by-design {unknown} (+{lost_completions} whose \
-         completion the outage lost); duplicates seen 0; took {:.1}s",
+         completion the outage lost); duplicates seen {duplicates}; took {:.1}s",
         downtime.as_secs_f64(),
         slowest.as_millis(),
         started.elapsed().as_secs_f64()
+    );
+    println!("{line}");
+    figures::record(
+        "store_faults",
+        &format!("{label} server crash"),
+        &line,
+        serde_json::json!({
+            "server_crashes": 1,
+            "probes_failed_closed": probes,
+            "unknown": unknown,
+            "lost_completions": lost_completions,
+            "duplicates": duplicates,
+        }),
     );
 }
 
@@ -874,11 +900,18 @@ async fn stale_holder_is_fenced(label: &str, job: u64, inner: Arc<dyn Store>) {
         2,
         "[{label}] two bodies ran: A's and B's takeover"
     );
-    println!(
+    let line = format!(
         "store_faults[{label}]: renew delayed past the 200ms lease; B took over (token {} > {a_token}) \
          and completed; A's late renewal ({} attempt(s)) and completion refused (LeaseLost)",
         events[1].1,
         renewals.len()
+    );
+    println!("{line}");
+    figures::record(
+        "store_faults",
+        &format!("{label} slow renewal"),
+        &line,
+        serde_json::json!({ "stale_holders_fenced": 1 }),
     );
 }
 
