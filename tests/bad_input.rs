@@ -152,6 +152,7 @@ async fn an_unknown_nested_field_is_refused_like_a_top_level_one() {
         matches!(key, Err(Error::InvalidArguments { ref field, .. }) if field.as_deref() == Some("cart.gift")),
         "{key:?}"
     );
+    figures::passed("bad_input");
 }
 
 #[tokio::test]

@@ -27,6 +27,7 @@
 //! otherwise (`.ci/run` installs it). Each result is recorded as a figure (`clock[...]`).
 
 mod figures;
+mod support;
 
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -464,22 +465,9 @@ fn faketime_or_skip() -> bool {
     ok
 }
 
-fn url_or_skip(var: &str, what: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var_os("CI").is_some() => {
-            panic!("{what} clock test skipped in CI: set {var}")
-        }
-        _ => {
-            eprintln!("skipped: set {var} to run the {what} clock test");
-            None
-        }
-    }
-}
-
 /// A Redis backend under a fresh prefix, and the guard that deletes its keys.
 fn redis_backend(broken: bool) -> Option<(Backend, Cleanup)> {
-    let url = url_or_skip("TOOL_CONTRACTS_REDIS_URL", "Redis")?;
+    let url = support::url(&support::REDIS, "the clock test on Redis")?;
     let prefix = format!("{}:", unique("tc-clock"));
     let (u, p) = (url.clone(), prefix.clone());
     let cleanup = Cleanup(Box::new(move || redis_delete_prefix(&u, &p)));
@@ -494,7 +482,7 @@ fn redis_backend(broken: bool) -> Option<(Backend, Cleanup)> {
 
 /// A PostgreSQL backend in a fresh schema, and the guard that drops it.
 fn postgres_backend(broken: bool) -> Option<(Backend, Cleanup)> {
-    let url = url_or_skip("TOOL_CONTRACTS_POSTGRES_URL", "PostgreSQL")?;
+    let url = support::url(&support::POSTGRES, "the clock test on PostgreSQL")?;
     let schema = unique("tc_clock").replace('-', "_");
     let (u, s) = (url.clone(), schema.clone());
     let cleanup = Cleanup(Box::new(move || postgres_drop_schema(&u, &s)));

@@ -32,6 +32,7 @@
 //! figure (`tests/figures/mod.rs`), from which `docs/guarantees.md` is rendered.
 
 mod figures;
+mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
@@ -893,19 +894,6 @@ fn campaign(backend: &'static str, url: String, ns: String) {
 // ---------------------------------------------------------------------------------------
 // Backends.
 
-fn url_or_skip(var: &str, what: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var_os("CI").is_some() => {
-            panic!("{what} crash injection skipped in CI: set {var}")
-        }
-        _ => {
-            eprintln!("skipped: set {var} to run the {what} crash injection test");
-            None
-        }
-    }
-}
-
 /// Deletes every key under `prefix` on the Redis server at `url`.
 fn redis_delete_prefix(url: &str, prefix: &str) {
     let script =
@@ -965,7 +953,7 @@ fn sqlite_survives_hundreds_of_sigkills_without_a_duplicate_effect() {
 
 #[test]
 fn redis_survives_hundreds_of_sigkills_without_a_duplicate_effect() {
-    let Some(url) = url_or_skip("TOOL_CONTRACTS_REDIS_URL", "Redis") else {
+    let Some(url) = support::url(&support::REDIS, "the crash injection test on Redis") else {
         return;
     };
     let prefix = format!("tc-crash-{}-{}:", std::process::id(), now_nanos());
@@ -976,7 +964,8 @@ fn redis_survives_hundreds_of_sigkills_without_a_duplicate_effect() {
 
 #[test]
 fn postgres_survives_hundreds_of_sigkills_without_a_duplicate_effect() {
-    let Some(url) = url_or_skip("TOOL_CONTRACTS_POSTGRES_URL", "PostgreSQL") else {
+    let Some(url) = support::url(&support::POSTGRES, "the crash injection test on PostgreSQL")
+    else {
         return;
     };
     let schema = format!(

@@ -13,6 +13,7 @@
 //! Each fleet's summary line is printed and recorded as a figure (`tests/figures/mod.rs`).
 
 mod figures;
+mod support;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -334,19 +335,6 @@ fn sqlite_url(label: &str) -> String {
     )
 }
 
-fn url_or_skip(var: &str, what: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(url) => Some(url),
-        Err(_) if std::env::var_os("CI").is_some() => {
-            panic!("{what} suite skipped in CI: set {var}")
-        }
-        Err(_) => {
-            eprintln!("skipped: set {var} to run the {what} fleet and crash tests");
-            None
-        }
-    }
-}
-
 #[test]
 fn sqlite_fleet_of_four_processes_makes_one_effect_per_intent() {
     run_fleet(sqlite_url("fleet"));
@@ -364,14 +352,14 @@ fn sqlite_crash_mid_call_is_reconciled_by_verify() {
 
 #[test]
 fn redis_fleet_of_four_processes_makes_one_effect_per_intent() {
-    if let Some(url) = url_or_skip("TOOL_CONTRACTS_REDIS_URL", "Redis") {
+    if let Some(url) = support::url(&support::REDIS, "the fleet and crash tests on Redis") {
         run_fleet(url);
     }
 }
 
 #[test]
 fn redis_crash_mid_call_is_unknown_or_reconciled_never_repeated() {
-    if let Some(url) = url_or_skip("TOOL_CONTRACTS_REDIS_URL", "Redis") {
+    if let Some(url) = support::url(&support::REDIS, "the fleet and crash tests on Redis") {
         run_crash(url.clone(), false);
         run_crash(url, true);
     }
@@ -379,14 +367,20 @@ fn redis_crash_mid_call_is_unknown_or_reconciled_never_repeated() {
 
 #[test]
 fn postgres_fleet_of_four_processes_makes_one_effect_per_intent() {
-    if let Some(url) = url_or_skip("TOOL_CONTRACTS_POSTGRES_URL", "PostgreSQL") {
+    if let Some(url) = support::url(
+        &support::POSTGRES,
+        "the fleet and crash tests on PostgreSQL",
+    ) {
         run_fleet(url);
     }
 }
 
 #[test]
 fn postgres_crash_mid_call_is_unknown_or_reconciled_never_repeated() {
-    if let Some(url) = url_or_skip("TOOL_CONTRACTS_POSTGRES_URL", "PostgreSQL") {
+    if let Some(url) = support::url(
+        &support::POSTGRES,
+        "the fleet and crash tests on PostgreSQL",
+    ) {
         run_crash(url.clone(), false);
         run_crash(url, true);
     }

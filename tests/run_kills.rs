@@ -13,6 +13,7 @@ use std::process::{Command, Stdio};
 #[allow(dead_code)]
 #[path = "../examples/agent_task.rs"]
 mod agent_task;
+mod support;
 
 /// Not a test of its own: the child processes below re-execute this binary, and this entry
 /// point runs the example's command line from `TC_AGENT_ARGS` (a JSON array).
@@ -185,19 +186,6 @@ fn two_processes_start_one_run(store: String) {
     );
 }
 
-fn url_or_skip(var: &str, what: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(url) => Some(url),
-        Err(_) if std::env::var_os("CI").is_some() => {
-            panic!("{what} run tests skipped in CI: set {var}")
-        }
-        Err(_) => {
-            eprintln!("skipped: set {var} to run the {what} agent-task kill tests");
-            None
-        }
-    }
-}
-
 fn sqlite() -> String {
     format!(
         "sqlite:{}",
@@ -219,7 +207,7 @@ fn sqlite_duplicate_start_from_two_processes_is_one_run() {
 
 #[test]
 fn redis_agent_task_killed_at_every_step_boundary_resumes_exactly_once() {
-    if let Some(url) = url_or_skip("TOOL_CONTRACTS_REDIS_URL", "Redis") {
+    if let Some(url) = support::url(&support::REDIS, "the agent-task kill tests on Redis") {
         kill_at_every_boundary(url.clone());
         two_processes_start_one_run(url);
     }
@@ -227,7 +215,10 @@ fn redis_agent_task_killed_at_every_step_boundary_resumes_exactly_once() {
 
 #[test]
 fn postgres_agent_task_killed_at_every_step_boundary_resumes_exactly_once() {
-    if let Some(url) = url_or_skip("TOOL_CONTRACTS_POSTGRES_URL", "PostgreSQL") {
+    if let Some(url) = support::url(
+        &support::POSTGRES,
+        "the agent-task kill tests on PostgreSQL",
+    ) {
         kill_at_every_boundary(url.clone());
         two_processes_start_one_run(url);
     }

@@ -14,8 +14,13 @@
 //! leases are timing-dependent there.
 //!
 //! Durable backends: `--features sqlite` (a temporary file), `--features redis` with
-//! `TOOL_CONTRACTS_REDIS_URL`, `--features postgres` with `TOOL_CONTRACTS_POSTGRES_URL`;
-//! without the URL the test skips with a message (and fails if `CI` is set).
+//! `TOOL_CONTRACTS_REDIS_URL`, `--features postgres` with `TOOL_CONTRACTS_POSTGRES_URL`
+//! (or the servers on their default local ports); without a server the test skips with a
+//! visible notice (and fails if `CI` is set): see `tests/support/mod.rs`.
+
+#[cfg(any(feature = "redis", feature = "postgres"))]
+#[path = "../../tests/support/mod.rs"]
+mod support;
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -944,20 +949,6 @@ fn run_durable(name: &str, rt: &tokio::runtime::Runtime, store: &dyn Store) {
 }
 
 #[allow(dead_code)]
-fn url(var: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var_os("CI").is_some() => {
-            panic!("model test skipped in CI: set {var}")
-        }
-        _ => {
-            eprintln!("skipped: set {var} to run the model test against this backend");
-            None
-        }
-    }
-}
-
-#[allow(dead_code)]
 fn real_time_runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -992,7 +983,7 @@ fn sqlite_store_matches_the_model() {
 #[cfg(feature = "redis")]
 #[test]
 fn redis_store_matches_the_model() {
-    let Some(url) = url("TOOL_CONTRACTS_REDIS_URL") else {
+    let Some(url) = support::url(&support::REDIS, "the Redis model test") else {
         return;
     };
     let rt = real_time_runtime();
@@ -1015,7 +1006,7 @@ fn redis_store_matches_the_model() {
 #[cfg(feature = "postgres")]
 #[test]
 fn postgres_store_matches_the_model() {
-    let Some(url) = url("TOOL_CONTRACTS_POSTGRES_URL") else {
+    let Some(url) = support::url(&support::POSTGRES, "the PostgreSQL model test") else {
         return;
     };
     let rt = real_time_runtime();

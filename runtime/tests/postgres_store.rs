@@ -6,29 +6,14 @@
 #![cfg(feature = "postgres")]
 
 mod conformance;
+#[path = "../../tests/support/mod.rs"]
+mod support;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tool_contracts_runtime::store::{ClaimOutcome, ClaimRequest, PostgresStore, Store, StoreError};
-
-/// The server URL, or `None` (after saying so) when the suite should be skipped.
-fn url() -> Option<String> {
-    match std::env::var("TOOL_CONTRACTS_POSTGRES_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            if std::env::var_os("CI").is_some() {
-                panic!("backend suite skipped in CI: set TOOL_CONTRACTS_POSTGRES_URL");
-            }
-            eprintln!(
-                "skipped: set TOOL_CONTRACTS_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/test \
-                 to run the PostgreSQL store suite"
-            );
-            None
-        }
-    }
-}
 
 /// A schema name no other run uses (PostgreSQL identifiers: lowercase, digits, `_`).
 fn unique_schema(what: &str) -> String {
@@ -76,7 +61,9 @@ fn req(key: &str) -> ClaimRequest<'_> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_store_passes_the_conformance_suite() {
-    let Some(url) = url() else { return };
+    let Some(url) = support::url(&support::POSTGRES, "the PostgreSQL store suite") else {
+        return;
+    };
     let schema = unique_schema("conf");
     let store = PostgresStore::builder(&url)
         .schema(&schema)
@@ -90,7 +77,9 @@ async fn postgres_store_passes_the_conformance_suite() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_store_purges_expired_records_in_the_background() {
-    let Some(url) = url() else { return };
+    let Some(url) = support::url(&support::POSTGRES, "the PostgreSQL store suite") else {
+        return;
+    };
     let schema = unique_schema("purge");
     let store = PostgresStore::builder(&url)
         .schema(&schema)
@@ -107,7 +96,9 @@ async fn postgres_store_purges_expired_records_in_the_background() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_first_connects_both_create_the_schema() {
-    let Some(url) = url() else { return };
+    let Some(url) = support::url(&support::POSTGRES, "the PostgreSQL store suite") else {
+        return;
+    };
     let schema = unique_schema("race");
     let connect = || PostgresStore::builder(&url).schema(&schema).connect();
     let (a, b) = tokio::join!(connect(), connect());
@@ -133,7 +124,7 @@ async fn concurrent_first_connects_both_create_the_schema() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_server_is_unavailable_within_the_connect_timeout() {
-    if url().is_none() {
+    if support::url(&support::POSTGRES, "the PostgreSQL store suite").is_none() {
         return;
     }
     let started = Instant::now();
@@ -156,7 +147,7 @@ async fn unreachable_server_is_unavailable_within_the_connect_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_table_prefix_is_refused_before_it_reaches_sql() {
-    if url().is_none() {
+    if support::url(&support::POSTGRES, "the PostgreSQL store suite").is_none() {
         return;
     }
     let result = PostgresStore::builder("postgres://postgres@127.0.0.1:1/test")
@@ -173,7 +164,9 @@ async fn invalid_table_prefix_is_refused_before_it_reaches_sql() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupted_row_is_reported_corrupt_not_trusted() {
-    let Some(url) = url() else { return };
+    let Some(url) = support::url(&support::POSTGRES, "the PostgreSQL store suite") else {
+        return;
+    };
     let schema = unique_schema("corrupt");
     let store = PostgresStore::builder(&url)
         .schema(&schema)
@@ -249,7 +242,9 @@ where
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_reclaims_of_an_expired_result_have_one_winner() {
-    let Some(url) = url() else { return };
+    let Some(url) = support::url(&support::POSTGRES, "the PostgreSQL store suite") else {
+        return;
+    };
     let schema = unique_schema("reclaim");
     let store: Arc<dyn Store> = Arc::new(
         PostgresStore::builder(&url)
@@ -284,7 +279,9 @@ async fn concurrent_reclaims_of_an_expired_result_have_one_winner() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_takeovers_of_an_abandoned_claim_have_one_winner() {
-    let Some(url) = url() else { return };
+    let Some(url) = support::url(&support::POSTGRES, "the PostgreSQL store suite") else {
+        return;
+    };
     let schema = unique_schema("takeover");
     let store: Arc<dyn Store> = Arc::new(
         PostgresStore::builder(&url)
@@ -313,7 +310,9 @@ async fn concurrent_takeovers_of_an_abandoned_claim_have_one_winner() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn released_history_outlives_the_release_and_is_purged_after_its_expiry() {
-    let Some(url) = url() else { return };
+    let Some(url) = support::url(&support::POSTGRES, "the PostgreSQL store suite") else {
+        return;
+    };
     // No schema: the tables go to the search path, named by the prefix alone.
     let prefix = format!("{}_", unique_schema("hist"));
     let store = PostgresStore::builder(&url)
@@ -379,7 +378,9 @@ async fn race_with_open_transaction(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_that_wait_on_a_concurrent_writer_answer_with_its_write() {
-    let Some(url) = url() else { return };
+    let Some(url) = support::url(&support::POSTGRES, "the PostgreSQL store suite") else {
+        return;
+    };
     let schema = unique_schema("snapshot");
     let store: Arc<dyn Store> = Arc::new(
         PostgresStore::builder(&url)
@@ -447,7 +448,9 @@ async fn claims_that_wait_on_a_concurrent_writer_answer_with_its_write() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tables_of_schema_version_1_are_migrated_with_their_live_claims_and_history() {
-    let Some(url) = url() else { return };
+    let Some(url) = support::url(&support::POSTGRES, "the PostgreSQL store suite") else {
+        return;
+    };
     let schema = unique_schema("v1");
     // Build the version-1 layout as an earlier release left it: connect (latest version),
     // then take version 2's changes back and write rows the way version 1 did.

@@ -7,6 +7,8 @@
 #![cfg(feature = "redis")]
 
 mod conformance;
+#[path = "../../tests/support/mod.rs"]
+mod support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,22 +16,6 @@ use std::time::{Duration, Instant};
 use tool_contracts_runtime::store::{
     ClaimOutcome, ClaimRequest, Completion, RedisStore, Store, StoreError,
 };
-
-/// The server's URL, or `None` (after saying why) when the suite should be skipped.
-fn redis_url() -> Option<String> {
-    match std::env::var("TOOL_CONTRACTS_REDIS_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var_os("CI").is_some() => {
-            panic!("backend suite skipped in CI: set TOOL_CONTRACTS_REDIS_URL")
-        }
-        _ => {
-            eprintln!(
-                "skipped: set TOOL_CONTRACTS_REDIS_URL=redis://127.0.0.1:6379 to run the Redis store suite"
-            );
-            None
-        }
-    }
-}
 
 /// A store under a prefix no other run uses, plus a raw connection to poke at its keys.
 async fn fresh_store(
@@ -77,7 +63,9 @@ fn req(key: &str) -> ClaimRequest<'_> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_store_passes_the_conformance_suite() {
-    let Some(url) = redis_url() else { return };
+    let Some(url) = support::url(&support::REDIS, "the Redis store suite") else {
+        return;
+    };
     let (store, prefix, mut raw) = fresh_store(&url, "tc-redis").await;
     conformance::run_all(Arc::new(store), &conformance::unique("redis")).await;
     cleanup(&mut raw, &prefix).await;
@@ -117,7 +105,9 @@ async fn an_invalid_url_is_unavailable() {
 
 #[tokio::test]
 async fn a_garbage_token_in_a_record_is_reported_corrupt() {
-    let Some(url) = redis_url() else { return };
+    let Some(url) = support::url(&support::REDIS, "the Redis store suite") else {
+        return;
+    };
     let (store, prefix, mut raw) = fresh_store(&url, "tc-redis-corrupt").await;
     let key = "corrupt-🔑";
     let token = match store.claim(req(key)).await.unwrap() {
@@ -161,7 +151,9 @@ async fn a_garbage_token_in_a_record_is_reported_corrupt() {
 
 #[tokio::test]
 async fn a_value_of_the_wrong_type_or_a_bad_history_entry_is_corrupt() {
-    let Some(url) = redis_url() else { return };
+    let Some(url) = support::url(&support::REDIS, "the Redis store suite") else {
+        return;
+    };
     let (store, prefix, mut raw) = fresh_store(&url, "tc-redis-wrongtype").await;
     let _: () = redis::cmd("SET")
         .arg(format!("{prefix}r:plain-string"))
@@ -190,7 +182,9 @@ async fn a_value_of_the_wrong_type_or_a_bad_history_entry_is_corrupt() {
 
 #[tokio::test]
 async fn records_and_history_carry_a_redis_ttl() {
-    let Some(url) = redis_url() else { return };
+    let Some(url) = support::url(&support::REDIS, "the Redis store suite") else {
+        return;
+    };
     let (store, prefix, mut raw) = fresh_store(&url, "tc-redis-ttl").await;
     let token = match store.claim(req("ttl")).await.unwrap() {
         ClaimOutcome::Acquired { token } => token,
