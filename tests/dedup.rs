@@ -213,7 +213,8 @@ pub async fn slow_reused_order(user_id: u64, note: String) -> Result<String, Sho
     Ok(format!("{user_id}/{note}"))
 }
 
-#[tokio::test]
+// The store runs on tokio's clock: a paused clock orders the two calls exactly.
+#[tokio::test(start_paused = true)]
 async fn a_key_reused_while_the_first_call_runs_is_rejected_naming_the_parameter() {
     // The store answers an in-progress claim with the holder's fingerprint only; the
     // engine must still name the differing parameter, not give a vague answer.
@@ -490,7 +491,8 @@ pub async fn rejecting_tool(id: u64) -> Result<u64, ShopError> {
     Ok(id)
 }
 
-#[tokio::test]
+// The store runs on tokio's clock: a paused clock orders the two calls exactly.
+#[tokio::test(start_paused = true)]
 async fn a_duplicate_under_concurrent_reject_gets_in_progress() {
     with_store(MemoryStore::new(), async {
         let (first, second) = tokio::join!(rejecting_tool(3), async {
@@ -546,7 +548,8 @@ pub async fn rerun_tool(id: u64) -> Result<u64, ShopError> {
 #[tokio::test(start_paused = true)]
 async fn on_unknown_rerun_takes_an_abandoned_claim_over() {
     with_store(MemoryStore::new(), async {
-        let _ = tokio::time::timeout(Duration::from_millis(100), rerun_tool(4)).await;
+        let first = tokio::time::timeout(Duration::from_millis(100), rerun_tool(4)).await;
+        assert!(first.is_err(), "the first call was dropped mid-body");
         tokio::time::sleep(Duration::from_secs(2)).await;
         assert_eq!(rerun_tool(4).await.unwrap(), 4);
         assert_eq!(rerun_tool(4).await.unwrap(), 4);

@@ -73,10 +73,16 @@ pub async fn place_order(
     })
 }
 
-/// Charge slowly; a duplicate while it runs is refused.
+/// `slow_charge` has started (its claim is held).
+static SLOW_STARTED: tokio::sync::Notify = tokio::sync::Notify::const_new();
+/// Lets `slow_charge` finish.
+static SLOW_RELEASE: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+/// Charge slowly (until the test releases it); a duplicate while it runs is refused.
 #[mutating_tool(idempotency_key_fields = [user_id], concurrent = "reject", destructive)]
 pub async fn slow_charge(user_id: u64) -> Result<Receipt, ShopError> {
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    SLOW_STARTED.notify_one();
+    SLOW_RELEASE.notified().await;
     Ok(Receipt {
         user_id,
         run: effect(user_id),
@@ -355,9 +361,14 @@ async fn a_duplicate_while_in_progress_is_an_error_result_under_reject() {
     let mut s = Session::start(server()).await;
     let call = json!({"name": "slow_charge", "arguments": {"user_id": 105}});
     let first = s.submit("tools/call", call.clone()).await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Explicit signals, not sleeps: the duplicate goes out once the first call runs, and
+    // the first finishes only after the duplicate was refused.
+    SLOW_STARTED.notified().await;
     let second = s.submit("tools/call", call).await;
-    let mut answers = s.responses(&[first, second]).await;
+    let refused = s.responses(&[second]).await;
+    SLOW_RELEASE.notify_one();
+    let mut answers = s.responses(&[first]).await;
+    answers.extend(refused);
     let (first, second) = (
         answers.remove(&first).unwrap(),
         answers.remove(&second).unwrap(),

@@ -54,7 +54,8 @@ async fn counted(label: &str) -> Result<String, Error> {
     Ok(format!("{label}-done"))
 }
 
-#[tokio::test]
+// MemoryStore runs on tokio's clock: the paused clock waits the lease out exactly.
+#[tokio::test(start_paused = true)]
 async fn a_resumed_run_rereads_finished_steps_instead_of_running_them() {
     let store = Arc::new(MemoryStore::new());
     let intent = json!({"order": 77});
@@ -75,6 +76,7 @@ async fn a_resumed_run_rereads_finished_steps_instead_of_running_them() {
     })
     .await;
     assert_eq!(STEP_RUNS.load(SeqCst), 2);
+    // Past the 300 ms lease of the dropped run (virtual time).
     tokio::time::sleep(Duration::from_millis(500)).await;
     with_store(Arc::clone(&store), async {
         let run = Run::start_with("fulfil", &intent, short()).await.unwrap();
@@ -126,7 +128,8 @@ async fn a_resumed_run_rereads_finished_steps_instead_of_running_them() {
     .await;
 }
 
-#[tokio::test]
+// MemoryStore runs on tokio's clock: the paused clock waits the lease out exactly.
+#[tokio::test(start_paused = true)]
 async fn a_resume_whose_code_asks_for_other_steps_fails_instead_of_mixing_journals() {
     let store = Arc::new(MemoryStore::new());
     let intent = json!({"order": 5});
@@ -141,6 +144,7 @@ async fn a_resume_whose_code_asks_for_other_steps_fails_instead_of_mixing_journa
         drop(run);
     })
     .await;
+    // Past the 300 ms lease of the dropped run (virtual time).
     tokio::time::sleep(Duration::from_millis(500)).await;
     with_store(store, async {
         let run = Run::start_with("refund", &intent, short()).await.unwrap();
@@ -168,7 +172,8 @@ async fn a_resume_whose_code_asks_for_other_steps_fails_instead_of_mixing_journa
     .await;
 }
 
-#[tokio::test]
+// MemoryStore runs on tokio's clock: the paused clock waits the lease out exactly.
+#[tokio::test(start_paused = true)]
 async fn a_step_error_is_not_recorded_so_the_resume_runs_it_again() {
     let store = Arc::new(MemoryStore::new());
     let attempts = AtomicUsize::new(0);
@@ -191,6 +196,7 @@ async fn a_step_error_is_not_recorded_so_the_resume_runs_it_again() {
         drop(run);
     })
     .await;
+    // Past the 300 ms lease of the dropped run (virtual time).
     tokio::time::sleep(Duration::from_millis(500)).await;
     with_store(store, async {
         let run = Run::start_with("flaky", &json!({"id": 1}), short())
