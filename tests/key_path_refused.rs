@@ -104,7 +104,6 @@ fn a_renamed_field_named_by_its_rust_name_is_refused_naming_tool_path_stop_and_r
         path,
         resolved,
         reason,
-        location,
     } = &error
     else {
         panic!("not KeyFieldUnresolved: {error:?}");
@@ -116,13 +115,11 @@ fn a_renamed_field_named_by_its_rust_name_is_refused_naming_tool_path_stop_and_r
         reason,
         "`cart` has no member `cart_id` (its JSON members are `cartId`, `note`)"
     );
-    assert!(location.file.ends_with("key_path_refused.rs"), "{location}");
     assert_eq!(error.code(), "key_field_unresolved");
     assert_eq!(error.tool(), Some("renamed"));
     let message = error.to_string();
     for part in [
         "tool `renamed`",
-        "key_path_refused.rs",
         "key field `cart.cart_id` is not a path in the JSON arguments a client sends",
         "`cart` has no member `cart_id` (its JSON members are `cartId`, `note`)",
         "Key on the parent object instead (`cart`",

@@ -114,7 +114,7 @@ pub enum Error {
     /// or flattened a field on the way (`#[serde(rename)]`, `rename_all`, `flatten`), so the
     /// Rust path the attribute names is not the JSON path `tools/list` publishes and clients
     /// follow. Reported when the registry is built; no tool of it is called.
-    #[error("tool `{tool}` (declared at {location}): key field `{path}` is not a path in the JSON arguments a client sends: {reason}. Key fields are published in `tools/list` and followed in the call's JSON, but serde renamed or moved that field (`rename`, `rename_all`, `flatten`), so its Rust path names nothing there. {remedy}", remedy = key_field_remedy(.path, .resolved))]
+    #[error("tool `{tool}`: key field `{path}` is not a path in the JSON arguments a client sends: {reason}. Key fields are published in `tools/list` and followed in the call's JSON, but serde renamed or moved that field (`rename`, `rename_all`, `flatten`), so its Rust path names nothing there. {remedy}", remedy = key_field_remedy(.path, .resolved))]
     KeyFieldUnresolved {
         /// Tool name.
         tool: String,
@@ -124,8 +124,6 @@ pub enum Error {
         resolved: String,
         /// Why the next segment does not resolve, with the JSON names found there.
         reason: String,
-        /// Where the tool was declared.
-        location: SourceLocation,
     },
     /// On resume, the code asked for another step than the journal recorded at that
     /// position: the task's code changed under a running task.

@@ -42,7 +42,6 @@ pub(crate) fn check(tool: &ToolDescriptor) -> Result<(), Error> {
                 path: (*path).to_owned(),
                 resolved: stop.resolved,
                 reason: stop.reason,
-                location: tool.location(),
             });
         }
     }
