@@ -1,5 +1,5 @@
-//! A shop served as an MCP server: `create_order` and `charge_card` are safe to call twice,
-//! even across a crash of the server, and `get_order` reads.
+//! A shop served as an MCP server: `create_order`, `charge_card` and `ship_order` are safe
+//! to call twice, even across a crash of the server, and `get_order` reads.
 //!
 //! ```sh
 //! cargo run --example mcp_shop --features mcp,sqlite -- --stdio --db /tmp/shop.db
@@ -66,6 +66,32 @@ pub struct Charge {
     pub order_id: u64,
     /// Amount, in cents.
     pub amount_cents: u64,
+}
+
+/// Where an order is shipped. Its JSON names follow the carrier's API (`postalCode`,
+/// `countryCode`), not the Rust names: `ship_order` keys on the address as a whole, which
+/// is keyed under those JSON names, the ones a client sends.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Address {
+    /// Street and number.
+    pub line1: String,
+    /// Postal code.
+    #[serde(rename = "postalCode")]
+    pub postal_code: String,
+    /// ISO 3166-1 alpha-2 country code.
+    #[serde(rename = "countryCode")]
+    pub country: String,
+}
+
+/// A shipment booked with a carrier.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Shipment {
+    /// The carrier's tracking number.
+    pub tracking: String,
+    /// The order shipped.
+    pub order_id: u64,
+    /// The carrier.
+    pub carrier: String,
 }
 
 /// An order with its charges.
@@ -210,6 +236,26 @@ async fn find_charge(
         .find(|e| e["effect"] == "charge" && e["order_id"] == *order_id)
         .map(decode)
         .transpose()
+}
+
+/// Ship an order to an address. Safe to retry: one shipment per order and address (another
+/// address is another shipment). `carrier` names who carries it.
+#[mutating_tool(idempotency_key_fields = [order_id, address])]
+pub async fn ship_order(
+    order_id: u64,
+    address: Address,
+    carrier: String,
+) -> Result<Shipment, ShopError> {
+    let key = tool_contracts::current_key().unwrap_or_default();
+    let tracking = format!("trk_{}", key.get(..16).unwrap_or(&key));
+    let entry = ledger()?.record(|_| {
+        json!({
+            "effect": "shipment", "tracking": tracking, "order_id": order_id,
+            "carrier": carrier, "postal_code": address.postal_code, "key": key,
+            "pid": std::process::id(),
+        })
+    })?;
+    decode(&entry)
 }
 
 /// Look an order up with its charges; `null` if there is none with that number.

@@ -112,6 +112,21 @@ pub enum Error {
         /// Where the second was declared.
         second: SourceLocation,
     },
+    /// A mutating tool's key field is not a path in the JSON its callers send: serde renamed
+    /// or flattened a field on the way (`#[serde(rename)]`, `rename_all`, `flatten`), so the
+    /// Rust path the attribute names is not the JSON path `tools/list` publishes and clients
+    /// follow. Reported when the registry is built; no tool of it is called.
+    #[error("tool `{tool}`: key field `{path}` is not a path in the JSON arguments a client sends: {reason}. Key fields are published in `tools/list` and followed in the call's JSON, but serde renamed or moved that field (`rename`, `rename_all`, `flatten`), so its Rust path names nothing there. {remedy}", remedy = key_field_remedy(.path, .resolved))]
+    KeyFieldUnresolved {
+        /// Tool name.
+        tool: String,
+        /// The key field path as written in the attribute.
+        path: String,
+        /// The leading segments of `path` that do resolve (empty if none does).
+        resolved: String,
+        /// Why the next segment does not resolve, with the JSON names found there.
+        reason: String,
+    },
     /// On resume, the code asked for another step than the journal recorded at that
     /// position: the task's code changed under a running task.
     #[error("run `{run}` (key {key}): at position {position} the journal recorded `{recorded}` but the code now asks for `{requested}`; the task's code changed while it was running. Finish or resolve the old run before deploying a new step order, or start the task under a new intent or run version")]
@@ -155,6 +170,14 @@ fn field_suffix(field: &Option<String>) -> String {
     }
 }
 
+fn key_field_remedy(path: &str, resolved: &str) -> String {
+    if resolved.is_empty() {
+        format!("Name one of the tool's parameters in `idempotency_key_fields` instead of `{path}`")
+    } else {
+        format!("Key on the parent object instead (`{resolved}`: the whole value, keyed under its JSON names), or drop the rename so that `{path}` is also its JSON path")
+    }
+}
+
 fn unknown_tool_hint(suggestion: &Option<String>) -> String {
     match suggestion {
         Some(s) => format!("; did you mean `{s}`?"),
@@ -173,7 +196,8 @@ impl Error {
             | Error::InvalidArguments { tool, .. }
             | Error::Codec { tool, .. }
             | Error::MissingContext { tool, .. }
-            | Error::ToolFailed { tool, .. } => Some(tool),
+            | Error::ToolFailed { tool, .. }
+            | Error::KeyFieldUnresolved { tool, .. } => Some(tool),
             Error::NonDeterministic { run, .. } | Error::RunNotOwned { run, .. } => Some(run),
             Error::UnknownTool { .. } | Error::DuplicateTool { .. } => None,
         }
@@ -207,6 +231,7 @@ impl Error {
             Error::MissingContext { .. } => "missing_context",
             Error::ToolFailed { .. } => "tool_failed",
             Error::DuplicateTool { .. } => "duplicate_tool",
+            Error::KeyFieldUnresolved { .. } => "key_field_unresolved",
             Error::NonDeterministic { .. } => "non_deterministic",
             Error::RunNotOwned { .. } => "run_not_owned",
         }

@@ -12,6 +12,7 @@ mod engine;
 mod error;
 mod export;
 pub mod key;
+mod key_paths;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 mod members;

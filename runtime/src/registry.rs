@@ -283,7 +283,8 @@ static GLOBAL: OnceLock<Result<Registry, Error>> = OnceLock::new();
 /// The registry of every tool linked into this program (built on first use).
 ///
 /// # Panics
-/// If two tools share a name, naming both source locations: a program bug that
+/// If two tools share a name (naming both source locations) or a key field is not a path
+/// in the tool's JSON arguments (see [`Registry::from_tools`]): program bugs that
 /// [`try_registry`] reports as an error instead.
 pub fn registry() -> &'static Registry {
     match try_registry() {
@@ -292,7 +293,8 @@ pub fn registry() -> &'static Registry {
     }
 }
 
-/// The registry of every tool linked into this program, or the duplicate-name error.
+/// The registry of every tool linked into this program, or the error that refuses it: a
+/// duplicate name or an unresolvable key field (see [`Registry::from_tools`]).
 ///
 /// A crate that nothing references may be dropped by the linker with its tools: reference
 /// it (`use my_tools as _;`) from the binary.
@@ -312,7 +314,10 @@ pub fn try_registry() -> Result<&'static Registry, Error> {
 }
 
 impl Registry {
-    /// A registry of these tools (sorted by name), refusing duplicate names.
+    /// A registry of these tools (sorted by name), refusing duplicate names
+    /// ([`Error::DuplicateTool`]) and key fields that are not paths in the JSON arguments a
+    /// client sends ([`Error::KeyFieldUnresolved`]: a field renamed or flattened by serde
+    /// on the way), so every published `keyFields` entry can be followed by a client.
     pub fn from_tools(
         tools: impl IntoIterator<Item = &'static ToolDescriptor>,
     ) -> Result<Registry, Error> {
@@ -329,6 +334,10 @@ impl Registry {
                 first: pair[0].location(),
                 second: pair[1].location(),
             });
+        }
+        // Key fields are published as JSON paths: each must be one (see `key_paths`).
+        for tool in &tools {
+            crate::key_paths::check(tool)?;
         }
         Ok(Registry {
             tools: tools.into(),

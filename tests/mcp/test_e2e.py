@@ -13,7 +13,13 @@ For each transport:
     restarted on the same SQLite file, and the same call retried: the answer is the
     reconciled charge (the tool declares `verify`) or an OutcomeUnknown error (it does not),
     per the contract the server publishes, and the ledger shows exactly one charge;
- 4. 50 concurrent identical calls: one effect, one execution, 49 replays.
+ 4. 50 concurrent identical calls: one effect, one execution, 49 replays;
+ 5. an independent client computes the key of calls of every keyed tool from `tools/list`
+    alone (the published `keyFields`, `version` and `keySpec`) and the JSON arguments it
+    sends, with tests/key_vectors.py's implementation of docs/key-spec.md, and gets the
+    key the server reports in `_meta`: nested paths (`cart.id`), an integer beyond 2^53,
+    non-ASCII text, a client intent key (the scope `client:<key>`), and `ship_order`, keyed
+    on an address whose JSON member names are serde renames (`postalCode`).
 
 Usage: test_e2e.py <path to the mcp_shop binary>   (tests/mcp/run.sh builds it and runs this)
 Exits non-zero on any failure, after printing the servers' stderr.
@@ -37,6 +43,11 @@ import anyio
 from mcp import Client, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
+
+# The independent implementation of docs/key-spec.md (standard library only; it also
+# generates tests/key_vectors.json, which the Rust implementation is checked against).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import key_vectors  # noqa: E402
 
 CONTRACT = "dev.tool-contracts/idempotency"
 CALL = "dev.tool-contracts/call"
@@ -204,7 +215,7 @@ def order_args(user_id: int, cart_id: str, note: str = "leave at the door") -> d
 async def tools_are_listed_with_annotations_and_contract(h: Harness) -> None:
     async with h.connect() as (client, _):
         tools = {t.name: t for t in (await client.list_tools()).tools}
-        check({"create_order", "charge_card", "get_order"} <= set(tools), f"tools: {sorted(tools)}")
+        check({"create_order", "charge_card", "ship_order", "get_order"} <= set(tools), f"tools: {sorted(tools)}")
         for tool in tools.values():
             check(tool.input_schema.get("type") == "object", f"{tool.name}: inputSchema {tool.input_schema}")
             check(tool.description, f"{tool.name} has no description")
@@ -396,11 +407,90 @@ async def fifty_concurrent_calls_make_one_effect(h: Harness) -> None:
     check(h.ledger.count("order", key=keys.pop()) == 1, "not exactly one order placed")
 
 
+def follow(args: dict[str, Any], path: str) -> Any:
+    """The value at a published key field path in the arguments a client sends: object
+    members by name, array elements by index (a tuple's `pair.0`)."""
+    value: Any = args
+    for segment in path.split("."):
+        if isinstance(value, list) and segment.isdigit() and int(segment) < len(value):
+            value = value[int(segment)]
+        elif isinstance(value, dict) and segment in value:
+            value = value[segment]
+        else:
+            raise Failure(f"published key field `{path}` is not a path in the arguments sent: stuck at `{segment}` in {args}")
+    return value
+
+
+def predicted_key(tool: types.Tool, args: dict[str, Any], client_key: str | None = None) -> str:
+    """The key of a call, computed by the client from the tool's `tools/list` entry and the
+    arguments alone: docs/key-spec.md section 1 (document), 2 (fields at the published
+    paths) and docs/mcp.md "Client intent keys" (the scope `client:<key>`; this server has
+    no scope of its own)."""
+    contract = (tool.meta or {}).get(CONTRACT)
+    check(contract is not None and contract["kind"] == "mutating", f"{tool.name}: not a keyed tool: {tool.meta}")
+    check(contract["keySpec"] == key_vectors.TOOL_KEY_CONTRACT, f"{tool.name}: unknown keySpec {contract['keySpec']}")
+    fields = {path: follow(args, path) for path in contract["keyFields"]}
+    scope = None if client_key is None else f"client:{client_key}"
+    return key_vectors.tool_key(tool.name, contract["version"], scope, fields)
+
+
+def address(postal_code: str) -> dict[str, Any]:
+    return {"line1": "Hauptstraße 5", "postalCode": postal_code, "countryCode": "DE"}
+
+
+async def an_independent_client_computes_the_server_key_from_tools_list(h: Harness) -> None:
+    suffix = h.name
+    async with h.connect() as (client, _):
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        ship = tools["ship_order"]
+        check(
+            (ship.meta or {}).get(CONTRACT, {}).get("keyFields") == ["address", "order_id"],
+            f"ship_order contract: {ship.meta}",
+        )
+        # The address's JSON names are the schema's (serde renames), the ones sent below.
+        defs = ship.input_schema.get("$defs", {})
+        check(
+            set(defs.get("Address", {}).get("properties", {})) == {"line1", "postalCode", "countryCode"},
+            f"ship_order inputSchema: {ship.input_schema}",
+        )
+        calls: list[tuple[str, dict[str, Any], str | None]] = [
+            ("create_order", order_args(11, f"cart-key-{suffix}"), None),
+            # An integer beyond 2^53 - 1 is keyed as its digits; non-ASCII text as UTF-8.
+            ("create_order", order_args(2**64 - 1, f"Wagen-Müller-東京-{suffix}"), None),
+            ("create_order", order_args(11, f"cart-key-{suffix}"), f"intent-{suffix}-ü"),
+            ("charge_card", {"order_id": 4242, "amount_cents": 990, "card_token": "tok_visa"}, None),
+            ("ship_order", {"order_id": 4242, "address": address("10115"), "carrier": "DHL"}, None),
+            ("ship_order", {"order_id": 4242, "address": address("10117"), "carrier": "DHL"}, None),
+            ("ship_order", {"order_id": 4242, "address": address("10115"), "carrier": "DHL"}, "retry-token-1"),
+        ]
+        seen: dict[str, str] = {}
+        for name, args, client_key in calls:
+            label = f"{name} {json.dumps(args, ensure_ascii=False)} client key {client_key!r}"
+            expected = predicted_key(tools[name], args, client_key)
+            meta = {CLIENT_KEY: client_key} if client_key is not None else None
+            result = await client.call_tool(name, args, meta=meta)
+            check(not result.is_error, f"{label}: {text_of(result)}")
+            reported = call_meta(result)["key"]
+            check(reported == expected, f"{label}: the server reported key {reported}, the client computed {expected}")
+            check(reported not in seen, f"{label}: same key as {seen.get(reported)}")
+            seen[reported] = label
+        # A client key sent as params.idempotencyKey gives the same key as in _meta.
+        name, args, client_key = calls[2]
+        again = await client.session.send_request(
+            KeyedCallRequest(params=KeyedCallParams(name=name, arguments=args, idempotency_key=client_key)),
+            types.CallToolResult,
+        )
+        check(call_meta(again)["key"] == predicted_key(tools[name], args, client_key), f"params.idempotencyKey: {call_meta(again)}")
+        shipped = [e for e in h.ledger.entries() if e.get("effect") == "shipment"]
+        check(len(shipped) == 3, f"shipments: {shipped}")
+
+
 SCENARIOS: list[Callable[[Harness], Any]] = [
     tools_are_listed_with_annotations_and_contract,
     a_retry_is_replayed_and_a_changed_argument_is_refused,
     a_crash_after_the_effect_is_reconciled_or_reported_unknown,
     fifty_concurrent_calls_make_one_effect,
+    an_independent_client_computes_the_server_key_from_tools_list,
 ]
 
 
