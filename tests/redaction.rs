@@ -13,7 +13,9 @@ use tool_contracts::{mutating_tool, registry, with_store, Error, MemoryStore, Se
 
 const CARD: &str = "4111111111111111";
 const OTHER_CARD: &str = "5500005555555559";
-const CVC: &str = "737";
+/// Letters, not digits: the logs' timestamps and hex keys hold every short run of digits
+/// sooner or later, so a 3-digit value could be "found" there by chance (it was, once).
+const CVC: &str = "QZX";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Payment {
@@ -207,6 +209,7 @@ async fn errors_about_secret_parameters_name_them_without_their_value() {
         "{err}"
     );
     assert_no_clear_value("a decoding error", &format!("{err} {err:?}"));
+    assert!(!format!("{err} {err:?}").contains("737"), "{err:?}");
 }
 
 #[test]
