@@ -324,6 +324,9 @@ async fn json_nested_ten_thousand_deep_is_refused_without_overflowing_the_stack(
 
 #[tokio::test]
 async fn a_lone_surrogate_escape_is_refused_by_the_json_parser() {
+    // What this pins: the parser every surface uses (serde_json, with our features) refuses
+    // the text. The crate's own entry point is exercised by
+    // `the_mcp_server_refuses_hostile_raw_input_and_stays_usable`.
     for text in [
         r#"{"user_id": 7, "cart": {"id": "\ud800", "items": []}, "note": ""}"#,
         r#"{"user_id": 7, "cart": {"id": "c", "items": []}, "note": "\udc00x"}"#,
@@ -337,6 +340,107 @@ async fn a_lone_surrogate_escape_is_refused_by_the_json_parser() {
     )
     .unwrap();
     assert_eq!(ok["cart"]["id"], "😀");
+    figures::passed("bad_input");
+}
+
+/// The same hostile texts as above, as an MCP client would send them: raw lines into the
+/// crate's own MCP server (not serde_json alone). None gets a result, nothing runs or is
+/// claimed, and the session stays usable.
+#[cfg(feature = "mcp")]
+#[tokio::test]
+async fn the_mcp_server_refuses_hostile_raw_input_and_stays_usable() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    let store = Arc::new(MemoryStore::new());
+    let server =
+        tool_contracts::mcp::McpServer::new(registry().clone()).with_store(Arc::clone(&store));
+    let (client, server_side) = tokio::io::duplex(1 << 22);
+    let (server_read, server_write) = tokio::io::split(server_side);
+    tokio::spawn(server.serve_io(server_read, server_write));
+    let (read, mut write) = tokio::io::split(client);
+    let mut lines = BufReader::new(read).lines();
+    fn send(line: String) -> Vec<u8> {
+        let mut bytes = line.into_bytes();
+        bytes.push(b'\n');
+        bytes
+    }
+    async fn next_answer<R: tokio::io::AsyncBufRead + Unpin>(
+        lines: &mut tokio::io::Lines<R>,
+    ) -> String {
+        tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+            .await
+            .expect("an answer within 20 s")
+            .expect("readable")
+            .expect("the server kept the session open")
+    }
+    write
+        .write_all(&send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "hostile", "version": "1"}}}).to_string()))
+        .await
+        .unwrap();
+    let init = next_answer(&mut lines).await;
+    assert!(init.contains("\"result\""), "{init}");
+    write
+        .write_all(&send(
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string(),
+        ))
+        .await
+        .unwrap();
+
+    let call = |id: u64, arguments: &str| {
+        format!(
+            r#"{{"jsonrpc": "2.0", "id": {id}, "method": "tools/call", "params": {{"name": "never_order", "arguments": {arguments}}}}}"#
+        )
+    };
+    let hostile = [
+        call(
+            2,
+            r#"{"user_id": 7, "cart": {"id": "\ud800", "items": []}, "note": ""}"#,
+        ),
+        call(
+            3,
+            r#"{"user_id": 7, "cart": {"id": "c", "items": []}, "note": "\udc00x"}"#,
+        ),
+        call(4, &nested_text(10_000)),
+    ];
+    for (i, line) in hostile.into_iter().enumerate() {
+        let hostile_id = 2 + i as u64;
+        write.write_all(&send(line)).await.unwrap();
+        // A ping behind it: once its answer arrives, the hostile line has been handled.
+        let ping = 100 + hostile_id;
+        write
+            .write_all(&send(
+                json!({"jsonrpc": "2.0", "id": ping, "method": "ping"}).to_string(),
+            ))
+            .await
+            .unwrap();
+        loop {
+            let answer = next_answer(&mut lines).await;
+            let answer: Value =
+                serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{e}: {answer}"));
+            if answer["id"] == ping {
+                break;
+            }
+            // The line is not JSON (`\ud800` alone, nesting past serde_json's 128 levels):
+            // rmcp's transport drops it without an answer, or a future version answers
+            // -32700. Either way never a result, and nothing runs.
+            assert!(
+                answer.get("error").is_some() || answer["result"]["isError"] == true,
+                "hostile line {i}: {answer}"
+            );
+        }
+    }
+    // The session still works: a valid call after the garbage is answered.
+    write
+        .write_all(&send(
+            json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list"}).to_string(),
+        ))
+        .await
+        .unwrap();
+    let listed: Value = serde_json::from_str(&next_answer(&mut lines).await).unwrap();
+    assert_eq!(listed["id"], 9, "{listed}");
+    assert!(listed["result"]["tools"].is_array(), "{listed}");
+    assert_eq!(NEVER_RUNS.load(SeqCst), 0);
+    assert!(store.is_empty(), "{store:?}");
     figures::passed("bad_input");
 }
 
