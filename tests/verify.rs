@@ -391,3 +391,237 @@ async fn recovery_reconciles_abandoned_calls_nobody_retries() {
     assert_eq!(RECOVERED_RUNS.load(SeqCst), 3);
     assert_eq!(UNVERIFIED_RUNS.load(SeqCst), 1);
 }
+
+// The recovery loop, a takeover the store refuses, and the key as a UUID.
+
+/// Runs of `looped_transfer` per intent (its tests run in parallel on other ids).
+static LOOPED_RUNS: Mutex<BTreeMap<u64, usize>> = Mutex::new(BTreeMap::new());
+
+fn looped_runs(id: u64) -> usize {
+    LOOPED_RUNS.lock().unwrap().get(&id).copied().unwrap_or(0)
+}
+
+/// Hangs after its effect on the first run of an intent; `verify` reads the ledger.
+#[mutating_tool(idempotency_key_fields = [id], lease = "1s", verify = looped_verify)]
+pub async fn looped_transfer(id: u64, #[context] ledger: &Ledger) -> Result<String, BankError> {
+    let n = {
+        let mut runs = LOOPED_RUNS.lock().unwrap();
+        let n = runs.entry(id).or_default();
+        *n += 1;
+        *n - 1
+    };
+    let receipt = format!("sent for {id} (run {n})");
+    ledger.record(id, receipt.clone());
+    if n == 0 {
+        std::future::pending::<()>().await;
+    }
+    Ok(receipt)
+}
+
+pub async fn looped_verify(id: &u64, ledger: &Ledger) -> Result<Option<String>, BankError> {
+    Ok(ledger.last(*id))
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_recovery_loop_reconciles_an_abandoned_call_on_its_own() {
+    let registry = registry().with_context(Ledger::new());
+    let store = std::sync::Arc::new(MemoryStore::new());
+    let key = registry
+        .get("looped_transfer")
+        .unwrap()
+        .key(&json!({ "id": 41 }))
+        .unwrap()
+        .unwrap();
+    with_store(std::sync::Arc::clone(&store), async {
+        let first = registry.call("looped_transfer", json!({ "id": 41 }));
+        assert!(tokio::time::timeout(Duration::from_millis(100), first)
+            .await
+            .is_err());
+    })
+    .await;
+    // Nobody retries: the loop, spawned beside the workers, finds the key once its lease
+    // ran out and completes it with what `verify` found.
+    let looping = tokio::spawn(with_store(
+        std::sync::Arc::clone(&store),
+        tool_contracts::recover(registry.clone(), Duration::from_millis(500)),
+    ));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let record = tool_contracts::Store::lookup(&*store, &key)
+        .await
+        .unwrap()
+        .expect("the record");
+    assert!(
+        matches!(
+            record.state,
+            tool_contracts::store::RecordState::Completed { .. }
+        ),
+        "{:?}",
+        record.state
+    );
+    looping.abort();
+    let out = with_store(
+        std::sync::Arc::clone(&store),
+        registry.call("looped_transfer", json!({ "id": 41 })),
+    )
+    .await
+    .unwrap();
+    assert!(out.replayed);
+    assert_eq!(out.value, json!("sent for 41 (run 0)"));
+    assert_eq!(looped_runs(41), 1);
+}
+
+/// A store whose takeovers fail (the server went away between the two statements).
+struct TakeoverFails(MemoryStore);
+
+#[async_trait::async_trait]
+impl tool_contracts::Store for TakeoverFails {
+    async fn claim(
+        &self,
+        req: tool_contracts::store::ClaimRequest<'_>,
+    ) -> Result<tool_contracts::store::ClaimOutcome, tool_contracts::store::StoreError> {
+        self.0.claim(req).await
+    }
+    async fn takeover(
+        &self,
+        _req: tool_contracts::store::ClaimRequest<'_>,
+        _stale_token: u64,
+    ) -> Result<tool_contracts::store::ClaimOutcome, tool_contracts::store::StoreError> {
+        Err(tool_contracts::store::StoreError::Unavailable(
+            "connection reset during takeover".to_owned(),
+        ))
+    }
+    async fn complete(
+        &self,
+        key: &str,
+        token: u64,
+        c: tool_contracts::store::Completion<'_>,
+    ) -> Result<(), tool_contracts::store::StoreError> {
+        self.0.complete(key, token, c).await
+    }
+    async fn release(
+        &self,
+        key: &str,
+        token: u64,
+    ) -> Result<(), tool_contracts::store::StoreError> {
+        self.0.release(key, token).await
+    }
+    async fn renew(
+        &self,
+        key: &str,
+        token: u64,
+        lease: Duration,
+    ) -> Result<(), tool_contracts::store::StoreError> {
+        self.0.renew(key, token, lease).await
+    }
+    async fn abandon(
+        &self,
+        key: &str,
+        token: u64,
+    ) -> Result<(), tool_contracts::store::StoreError> {
+        self.0.abandon(key, token).await
+    }
+    async fn lookup(
+        &self,
+        key: &str,
+    ) -> Result<Option<tool_contracts::store::Record>, tool_contracts::store::StoreError> {
+        self.0.lookup(key).await
+    }
+    async fn pending(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<tool_contracts::store::Record>, tool_contracts::store::StoreError> {
+        self.0.pending(limit).await
+    }
+    async fn resolve(
+        &self,
+        key: &str,
+        resolution: tool_contracts::store::Resolution<'_>,
+        kind: tool_contracts::store::HistoryKind,
+        worker: &str,
+    ) -> Result<(), tool_contracts::store::StoreError> {
+        self.0.resolve(key, resolution, kind, worker).await
+    }
+    async fn history(
+        &self,
+        key: &str,
+    ) -> Result<Vec<tool_contracts::store::HistoryEvent>, tool_contracts::store::StoreError> {
+        self.0.history(key).await
+    }
+    async fn purge_expired(&self) -> Result<u64, tool_contracts::store::StoreError> {
+        self.0.purge_expired().await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_takeover_the_store_refuses_is_reported_unresolved_not_dropped() {
+    let registry = registry().with_context(Ledger::new());
+    let store = std::sync::Arc::new(TakeoverFails(MemoryStore::new()));
+    let key = registry
+        .get("looped_transfer")
+        .unwrap()
+        .key(&json!({ "id": 42 }))
+        .unwrap()
+        .unwrap();
+    with_store(std::sync::Arc::clone(&store), async {
+        let first = registry.call("looped_transfer", json!({ "id": 42 }));
+        assert!(tokio::time::timeout(Duration::from_millis(100), first)
+            .await
+            .is_err());
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let report = recover_once(&registry).await.unwrap();
+        assert_eq!(report.unresolved, [key.clone()], "{report:?}");
+        assert!(report.completed.is_empty() && report.released.is_empty());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_key_as_a_uuid_is_stable_per_key_and_absent_outside_a_body() {
+    assert_eq!(tool_contracts::current_key_uuid(), None);
+    let registry = registry().with_context(Ledger::new());
+    let seen = with_store(MemoryStore::new(), async {
+        let a = uuid_of(&registry, 51).await;
+        let again = uuid_of(&registry, 51).await;
+        let b = uuid_of(&registry, 52).await;
+        (a, again, b)
+    })
+    .await;
+    let (a, again, b) = seen;
+    assert_eq!(a, again, "one key, one UUID");
+    assert_ne!(a, b, "two keys, two UUIDs");
+    assert_eq!(a.get_version_num(), 5);
+    // Version 5 of the key's text in the namespace the docs state (an independent
+    // computation with the uuid crate, not the runtime's code path).
+    let key = registry
+        .get("uuid_probe")
+        .unwrap()
+        .key(&json!({ "id": 51 }))
+        .unwrap()
+        .unwrap();
+    let namespace = tool_contracts::uuid::Uuid::new_v5(
+        &tool_contracts::uuid::Uuid::NAMESPACE_URL,
+        b"https://tool-contracts.dev/key/v1",
+    );
+    assert_eq!(
+        a,
+        tool_contracts::uuid::Uuid::new_v5(&namespace, key.as_bytes())
+    );
+}
+
+async fn uuid_of(registry: &tool_contracts::Registry, id: u64) -> tool_contracts::uuid::Uuid {
+    // Each probe runs the body once per key (the second call of a key replays).
+    let out = registry
+        .call("uuid_probe", json!({ "id": id }))
+        .await
+        .unwrap();
+    tool_contracts::uuid::Uuid::parse_str(out.value.as_str().unwrap()).unwrap()
+}
+
+/// Returns the call's key as a UUID, as a provider that wants UUID keys would receive it.
+#[mutating_tool(idempotency_key_fields = [id])]
+pub async fn uuid_probe(id: u64) -> Result<String, BankError> {
+    let _ = id;
+    Ok(tool_contracts::current_key_uuid()
+        .expect("inside a tool body")
+        .to_string())
+}

@@ -137,18 +137,27 @@ async fn run(cli: Cli) -> Result<(), String> {
                 .resolve(&key, resolution, HistoryKind::Resolved, &operator())
                 .await
                 .map_err(|e| format!("{key}: {e}"))?;
-            println!(
-                "{key}: {}",
-                if release {
-                    "released: the next call runs the tool"
-                } else {
-                    "completed: every later call replays the result"
-                }
-            );
+            if cli.json {
+                let state = if release { "released" } else { "completed" };
+                println!("{}", serde_json::json!({"key": key, "resolved": state}));
+            } else {
+                println!(
+                    "{key}: {}",
+                    if release {
+                        "released: the next call runs the tool"
+                    } else {
+                        "completed: every later call replays the result"
+                    }
+                );
+            }
         }
         Command::Purge => {
             let n = store.purge_expired().await.map_err(|e| e.to_string())?;
-            println!("purged {n} expired records");
+            if cli.json {
+                println!("{}", serde_json::json!({"purged": n}));
+            } else {
+                println!("purged {n} expired records");
+            }
         }
     }
     Ok(())

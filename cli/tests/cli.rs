@@ -87,3 +87,104 @@ async fn an_operator_lists_reads_and_resolves_an_abandoned_key() {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     }
 }
+
+#[tokio::test]
+async fn json_output_parses_and_purge_removes_expired_records() {
+    use tool_contracts_runtime::store::Completion;
+    let path = std::env::temp_dir().join(format!("tc-cli-json-{}.db", std::process::id()));
+    let url = format!("sqlite:{}", path.display());
+    let store = SqliteStore::open(&path).await.unwrap();
+    // The test purges by hand: no purge in the background meanwhile.
+    store.set_purge_interval(None);
+    let req = |key, lease| ClaimRequest {
+        key,
+        tool: "send_mail",
+        scope: None,
+        fingerprint: "a1:00",
+        args: r#"{"to":"a@example.com"}"#,
+        lease,
+        ttl: Duration::from_secs(60),
+        worker: "worker-j",
+    };
+    let ClaimOutcome::Acquired { token } = store
+        .claim(req("key-expiring", Duration::from_secs(30)))
+        .await
+        .unwrap()
+    else {
+        panic!("fresh key")
+    };
+    let short = Completion {
+        result: "\"sent\"",
+        is_error: false,
+        ttl: Duration::from_millis(50),
+    };
+    store.complete("key-expiring", token, short).await.unwrap();
+    assert!(matches!(
+        store
+            .claim(req("key-running", Duration::from_secs(30)))
+            .await
+            .unwrap(),
+        ClaimOutcome::Acquired { .. }
+    ));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    let lines = |out: &str| -> Vec<serde_json::Value> {
+        out.lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect()
+    };
+    let (ok, out, err) = cli(&["pending", "--json", "--store", &url]);
+    assert!(ok, "{err}");
+    let pending = lines(&out);
+    assert_eq!(pending.len(), 1, "{out}");
+    assert_eq!(pending[0]["key"], "key-running");
+    assert_eq!(pending[0]["tool"], "send_mail");
+    assert!(
+        pending[0]["state"].as_str().unwrap().starts_with("running"),
+        "{out}"
+    );
+
+    let (ok, out, err) = cli(&["history", "--json", "--store", &url, "key-expiring"]);
+    assert!(ok, "{err}");
+    let history = lines(&out);
+    assert_eq!(history[0]["key"], "key-expiring", "the record first: {out}");
+    let events: Vec<&str> = history[1..]
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(events, ["claimed", "completed"], "{out}");
+
+    let (ok, out, err) = cli(&["purge", "--json", "--store", &url]);
+    assert!(ok, "{err}");
+    assert_eq!(lines(&out), [serde_json::json!({"purged": 1})]);
+    let (ok, out, _) = cli(&["history", "--store", &url, "key-expiring"]);
+    assert!(ok);
+    assert!(out.contains("no record"), "purged: {out}");
+    let (ok, out, err) = cli(&["purge", "--store", &url]);
+    assert!(ok, "{err}");
+    assert!(out.contains("purged 0 expired records"), "{out}");
+
+    let (ok, out, err) = cli(&[
+        "resolve",
+        "--json",
+        "--store",
+        &url,
+        "key-running",
+        "--release",
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(
+        lines(&out),
+        [serde_json::json!({"key": "key-running", "resolved": "released"})]
+    );
+    let (ok, out, err) = cli(&["pending", "--json", "--store", &url]);
+    assert!(ok, "{err}");
+    assert!(
+        out.trim().is_empty(),
+        "nothing pending, and no prose in JSON mode: {out}"
+    );
+    drop(store);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+}
