@@ -569,7 +569,7 @@ async fn a_takeover_the_store_refuses_is_reported_unresolved_not_dropped() {
             .is_err());
         tokio::time::sleep(Duration::from_secs(2)).await;
         let report = recover_once(&registry).await.unwrap();
-        assert_eq!(report.unresolved, [key.clone()], "{report:?}");
+        assert_eq!(report.unresolved, [key], "{report:?}");
         assert!(report.completed.is_empty() && report.released.is_empty());
     })
     .await;
