@@ -213,3 +213,123 @@ async fn records_and_history_carry_a_redis_ttl() {
     assert_eq!(pending, 0);
     cleanup(&mut raw, &prefix).await;
 }
+
+/// A `redis-server` of this test's own on a free loopback port, with the given
+/// persistence settings; stopped when dropped.
+struct PrivateRedis {
+    child: std::process::Child,
+    dir: std::path::PathBuf,
+    port: u16,
+}
+
+impl PrivateRedis {
+    /// `None` (after a visible notice; a failure under `CI`) when `redis-server` is absent.
+    async fn start(settings: &[&str]) -> Option<PrivateRedis> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .unwrap();
+        let dir = std::env::temp_dir().join(format!("tc-redis-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut command = std::process::Command::new("redis-server");
+        command
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+            ])
+            .arg("--dir")
+            .arg(&dir)
+            .args(settings)
+            .stdout(std::process::Stdio::null());
+        let child = match command.spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                assert!(std::env::var_os("CI").is_none(), "redis-server: {e}");
+                use std::io::Write;
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "\nSKIPPED the Redis persistence test: redis-server ({e})"
+                );
+                return None;
+            }
+        };
+        let server = PrivateRedis { child, dir, port };
+        let client = redis::Client::open(server.url()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(mut c) = client.get_multiplexed_async_connection().await {
+                let pong: Result<String, _> = redis::cmd("PING").query_async(&mut c).await;
+                if pong.is_ok() {
+                    return Some(server);
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the private redis-server did not start"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[tokio::test]
+async fn a_server_that_keeps_nothing_on_disk_is_refused_unless_opted_in() {
+    let Some(server) = PrivateRedis::start(&["--appendonly", "no"]).await else {
+        return;
+    };
+    match RedisStore::connect(&server.url()).await {
+        Err(StoreError::Unavailable(message)) => {
+            assert!(message.contains("appendonly no"), "{message}");
+            assert!(
+                message.contains("allow_without_persistence"),
+                "the remedy: {message}"
+            );
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    // The explicit opt-ins: the builder's, and the URL's (for `store::open` and the CLI).
+    RedisStore::builder(&server.url())
+        .allow_without_persistence()
+        .connect()
+        .await
+        .expect("opted in by the builder");
+    let url = format!("{}/?allow_without_persistence=true", server.url());
+    tool_contracts_runtime::store::open(&url)
+        .await
+        .expect("opted in by the URL");
+}
+
+#[tokio::test]
+async fn a_server_with_an_append_only_file_is_accepted_whatever_its_fsync() {
+    for fsync in ["always", "everysec"] {
+        let Some(server) =
+            PrivateRedis::start(&["--appendonly", "yes", "--appendfsync", fsync]).await
+        else {
+            return;
+        };
+        let store = RedisStore::connect(&server.url())
+            .await
+            .unwrap_or_else(|e| panic!("appendfsync {fsync}: {e}"));
+        // And it works: one claim.
+        assert!(matches!(
+            store.claim(req("persisted")).await.unwrap(),
+            ClaimOutcome::Acquired { .. }
+        ));
+    }
+}

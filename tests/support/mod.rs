@@ -23,6 +23,10 @@ pub struct Backend {
     pub default_addr: &'static str,
     /// Its name in messages.
     pub name: &'static str,
+    /// A query parameter every suite URL gets: Redis's opt-in to a server without an
+    /// append-only file (the machine's default Redis keeps nothing on disk, and only
+    /// `tests/store_faults.rs` restarts a server: it starts its own, with persistence).
+    pub test_opt_in: Option<&'static str>,
 }
 
 /// Redis (the machine's default server keeps nothing on disk: fine for every suite that
@@ -32,6 +36,7 @@ pub const REDIS: Backend = Backend {
     default_url: "redis://127.0.0.1:6379",
     default_addr: "127.0.0.1:6379",
     name: "Redis",
+    test_opt_in: Some("allow_without_persistence=true"),
 };
 
 /// PostgreSQL, database `test`, user `postgres`, trust authentication.
@@ -40,10 +45,21 @@ pub const POSTGRES: Backend = Backend {
     default_url: "postgres://postgres@127.0.0.1:5432/test",
     default_addr: "127.0.0.1:5432",
     name: "PostgreSQL",
+    test_opt_in: None,
 };
 
 /// The URL `suite` runs against, or `None` after a visible notice (a panic under `CI`).
 pub fn url(backend: &Backend, suite: &str) -> Option<String> {
+    found_url(backend, suite).map(|url| match backend.test_opt_in {
+        Some(opt_in) if !url.contains(opt_in) => {
+            let joiner = if url.contains('?') { '&' } else { '?' };
+            format!("{url}{joiner}{opt_in}")
+        }
+        _ => url,
+    })
+}
+
+fn found_url(backend: &Backend, suite: &str) -> Option<String> {
     if let Ok(url) = std::env::var(backend.var) {
         if !url.is_empty() {
             return Some(url);

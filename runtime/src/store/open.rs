@@ -10,7 +10,7 @@ use super::{MemoryStore, Store, StoreError};
 /// |---|---|
 /// | `memory:` | [`MemoryStore`] (this process only) |
 /// | `sqlite:PATH` or `sqlite://PATH` | `SqliteStore` (feature `sqlite`) |
-/// | `redis://…`, `rediss://…` | `RedisStore` (feature `redis`) |
+/// | `redis://…`, `rediss://…` | `RedisStore` (feature `redis`); `?allow_without_persistence=true` accepts a server with `appendonly no` |
 /// | `postgres://…`, `postgresql://…` | `PostgresStore` (feature `postgres`) |
 ///
 /// A scheme whose feature was not compiled in is a clear error naming the feature.

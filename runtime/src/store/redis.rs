@@ -409,9 +409,21 @@ pub struct RedisStoreBuilder {
     connect_timeout: Duration,
     response_timeout: Duration,
     reconnect_attempts: usize,
+    allow_without_persistence: bool,
 }
 
 impl RedisStoreBuilder {
+    /// Accepts a server that keeps no append-only file (`appendonly no`), which
+    /// [`connect`](Self::connect) otherwise refuses: such a server loses every claim in
+    /// flight when it restarts, and a retry then runs the tool a second time. For tests,
+    /// and for tools whose duplicates cost nothing; never for money or messages. The URL
+    /// form (for [`open`](crate::store::open) and the CLI) is the query parameter
+    /// `allow_without_persistence=true`.
+    pub fn allow_without_persistence(mut self) -> Self {
+        self.allow_without_persistence = true;
+        self
+    }
+
     /// Namespaces every key under `prefix` (default `tc:`), so tenants, environments or
     /// test runs can share one server without seeing each other's keys.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
@@ -439,12 +451,18 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// Connects, loads the scripts and returns the store.
+    /// Connects, checks the server's persistence, loads the scripts and returns the store.
     ///
-    /// Fails with [`StoreError::Unavailable`] if the URL is invalid or the server cannot
-    /// be reached within the connect timeout and retries.
-    pub async fn connect(self) -> Result<RedisStore, StoreError> {
-        let client = redis::Client::open(self.url.as_str())
+    /// Fails with [`StoreError::Unavailable`] if the URL is invalid, the server cannot be
+    /// reached within the connect timeout and retries, or it keeps no append-only file
+    /// (`appendonly no`) and [`allow_without_persistence`](Self::allow_without_persistence)
+    /// was not given. Warns once per process when `appendfsync` is not `always` (up to a
+    /// second of claims can be lost in a crash). Where the server does not let a client
+    /// read its settings (`INFO`/`CONFIG` disabled), it warns and connects.
+    pub async fn connect(mut self) -> Result<RedisStore, StoreError> {
+        let (url, allowed_by_url) = strip_persistence_opt_in(&self.url);
+        self.allow_without_persistence |= allowed_by_url;
+        let client = redis::Client::open(url.as_str())
             .map_err(|e| StoreError::Unavailable(format!("invalid redis URL: {e}")))?;
         // The address only: the URL may carry a password.
         let addr = client.get_connection_info().addr().to_string();
@@ -458,6 +476,7 @@ impl RedisStoreBuilder {
             .map_err(|e| {
                 StoreError::Unavailable(format!("cannot connect to redis at {addr}: {e}"))
             })?;
+        check_persistence(&mut conn, &addr, self.allow_without_persistence).await?;
         let scripts = Scripts::new();
         // Loaded up front so a script error shows at startup, not on the first call.
         // After a server restart `EVALSHA` reports `NOSCRIPT` and the crate reloads it.
@@ -477,6 +496,83 @@ impl RedisStoreBuilder {
             scripts,
         })
     }
+}
+
+/// The URL without the `allow_without_persistence=true` query parameter, and whether it
+/// was there (the redis crate would ignore it, but it is ours to read).
+fn strip_persistence_opt_in(url: &str) -> (String, bool) {
+    const OPT_IN: &str = "allow_without_persistence=true";
+    let Some((base, query)) = url.split_once('?') else {
+        return (url.to_owned(), false);
+    };
+    let mut found = false;
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|part| {
+            let ours = *part == OPT_IN;
+            found |= ours;
+            !ours && !part.is_empty()
+        })
+        .collect();
+    let url = if kept.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    (url, found)
+}
+
+/// Refuses a server without an append-only file unless `allowed`; warns (once) when its
+/// fsync policy can lose the last second. Settings a server will not show are warned
+/// about, not refused: managed services often disable `CONFIG`.
+async fn check_persistence(
+    conn: &mut ConnectionManager,
+    addr: &str,
+    allowed: bool,
+) -> Result<(), StoreError> {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    let info: Result<String, _> = redis::cmd("INFO")
+        .arg("persistence")
+        .query_async(conn)
+        .await;
+    let aof = match &info {
+        Ok(text) => text
+            .lines()
+            .find_map(|line| line.trim().strip_prefix("aof_enabled:"))
+            .map(|v| v.trim() == "1"),
+        Err(_) => None,
+    };
+    match aof {
+        Some(false) if !allowed => {
+            return Err(StoreError::Unavailable(format!(
+                "redis at {addr} keeps no append-only file (appendonly no): a restart would lose every claim in flight, and a retry would then run the tool a second time. Turn persistence on (`CONFIG SET appendonly yes`, and `appendfsync always` to lose nothing), or, for tests and tools whose duplicates cost nothing, opt in with `RedisStore::builder(url).allow_without_persistence()` (URL: `?allow_without_persistence=true`)"
+            )))
+        }
+        Some(false) => {
+            tracing::warn!(addr, "tool-contracts: redis keeps no append-only file; accepted by allow_without_persistence: a server restart loses claims in flight");
+            return Ok(());
+        }
+        Some(true) => {}
+        None => {
+            WARNED.call_once(|| tracing::warn!(addr, "tool-contracts: cannot read redis persistence settings (INFO persistence refused); make sure appendonly is yes"));
+            return Ok(());
+        }
+    }
+    let fsync: Result<Vec<String>, _> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("appendfsync")
+        .query_async(conn)
+        .await;
+    match fsync.as_deref() {
+        Ok([_, policy]) if policy == "always" => {}
+        Ok([_, policy]) => WARNED.call_once(|| {
+            tracing::warn!(addr, appendfsync = %policy, "tool-contracts: redis fsyncs its append-only file less than always: a crash can lose the last second of claims")
+        }),
+        _ => WARNED.call_once(|| {
+            tracing::warn!(addr, "tool-contracts: cannot read redis appendfsync (CONFIG refused); `always` loses nothing in a crash")
+        }),
+    }
+    Ok(())
 }
 
 /// A store in Redis, shared by every worker that connects to the same server and prefix.
@@ -533,6 +629,7 @@ impl RedisStore {
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(5),
             reconnect_attempts: 2,
+            allow_without_persistence: false,
         }
     }
 
