@@ -144,11 +144,15 @@ fn mutating_body(c: &Contract, n: &Names, block: &syn::Block) -> TokenStream {
         }
     };
     // The body keeps its own `async move` block, so its `return` and `?` keep
-    // their meaning and type whatever wraps it.
+    // their meaning and type whatever wraps it. The user's statements go in
+    // as they are, not their block: a block as the tail expression makes
+    // rustc's `unused_braces` flag a one-line body (`{ Ok(id) }`) and suggest
+    // deleting the function's own braces.
+    let stmts = &block.stmts;
     let future = quote! {
         async move {
             #fake_return_edge
-            #block
+            #(#stmts)*
         }
     };
     let run = if c.verify.is_none() && c.unknown_outcome_if.is_none() {
@@ -298,13 +302,15 @@ fn read_only_body(c: &Contract, n: &Names, block: &syn::Block) -> TokenStream {
     } else {
         TokenStream::new()
     };
+    // The statements, not the block (see `mutating_body`).
+    let stmts = &block.stmts;
     quote! {
         {
             #spec_static
             #registration
         }
         #checks
-        #block
+        #(#stmts)*
     }
 }
 

@@ -10,8 +10,6 @@ use core::time::Duration;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use super::Store;
-
 /// How often, by default, expired records are purged (`set_purge_interval` changes it).
 pub const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(60);
 
@@ -78,7 +76,8 @@ fn millis(interval: Option<Duration>) -> u64 {
 
 /// Runs `store.purge_expired()` in a task of its own, if a tokio runtime is present; its
 /// outcome is logged (a failed purge is retried at the next interval).
-pub(crate) fn spawn_purge<S: Store>(store: S, name: &'static str) {
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn spawn_purge<S: super::Store>(store: S, name: &'static str) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
