@@ -38,9 +38,8 @@ pub struct CallBuilder {
     args: Vec<u8>,
 }
 
-/// Marks the fingerprint format: one truncated SHA-256 of the canonical arguments document.
-/// Parameter names never contain `:`, so a fingerprint without it is the earlier
-/// per-parameter format (`name=digest;…`), still recognised for records stored before.
+/// Marks the fingerprint format: one truncated SHA-256 of the canonical arguments document
+/// (a later format gets another prefix, so the two can never be confused).
 const FINGERPRINT_PREFIX: &str = "a1:";
 
 impl CallBuilder {
@@ -183,24 +182,6 @@ fn fingerprint(args: &str) -> String {
     out
 }
 
-/// The fingerprint format before [`FINGERPRINT_PREFIX`]: `name=<12-byte digest>` per
-/// parameter, joined by `;`. `None` if `args` is not an object (it always is).
-fn legacy_fingerprint(args: &str) -> Option<String> {
-    let mut out = String::new();
-    let mut scratch = Vec::new();
-    for (name, value) in args_in_order(args)? {
-        scratch.clear();
-        key::write_canonical(&value, &mut scratch).ok()?;
-        if !out.is_empty() {
-            out.push(';');
-        }
-        out.push_str(&name);
-        out.push('=');
-        push_hex(&mut out, &Sha256::digest(&scratch)[..12]);
-    }
-    Some(out)
-}
-
 /// An arguments document's parameters with their values, in the document's order
 /// (declaration order; serde_json's own map would sort them).
 fn args_in_order(args: &str) -> Option<Vec<(String, serde_json::Value)>> {
@@ -258,10 +239,7 @@ impl Call {
     /// Whether a call whose arguments have fingerprint `theirs` may share our key: the
     /// same arguments, or `payload_mismatch = "replay"`.
     fn accepts(&self, theirs: &str) -> bool {
-        theirs == self.fingerprint
-            || self.spec.payload_mismatch == Mismatch::Replay
-            || (!theirs.contains(':')
-                && legacy_fingerprint(&self.args).is_some_and(|ours| ours == theirs))
+        theirs == self.fingerprint || self.spec.payload_mismatch == Mismatch::Replay
     }
 
     /// The key was used with other arguments, stored as `their_args` (if they could be
