@@ -31,45 +31,19 @@ impl Errors {
     }
 }
 
-/// Edit distance between two strings: insertions, deletions, substitutions
-/// and transpositions of adjacent characters (`crat` is one edit from `cart`)
-/// each count one.
-pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    // d[i][j]: distance between a[..i] and b[..j].
-    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for (i, row) in d.iter_mut().enumerate() {
-        row[0] = i;
-    }
-    for (j, cell) in d[0].iter_mut().enumerate() {
-        *cell = j;
-    }
-    for i in 1..=a.len() {
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            let mut best = (d[i - 1][j] + 1)
-                .min(d[i][j - 1] + 1)
-                .min(d[i - 1][j - 1] + cost);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                best = best.min(d[i - 2][j - 2] + 1);
-            }
-            d[i][j] = best;
-        }
-    }
-    d[a.len()][b.len()]
-}
-
 /// The candidate closest to `written`, if it is close enough to be a typo:
 /// at most a third of the longer name's characters differ (and at least one
-/// edit is always tolerated). Ties go to the first candidate.
+/// edit is always tolerated), counting insertions, deletions, substitutions
+/// and adjacent transpositions (`crat` is one edit from `cart`: strsim's
+/// optimal string alignment). Ties go to the first candidate. The runtime's
+/// "did you mean" for tool names (`Registry::call`) uses the same rule.
 pub(crate) fn closest<'a>(
     written: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<&'a str> {
     let mut best: Option<(usize, &str)> = None;
     for candidate in candidates {
-        let distance = edit_distance(written, candidate);
+        let distance = strsim::osa_distance(written, candidate);
         let longest = written.chars().count().max(candidate.chars().count());
         if distance == 0 || distance > (longest / 3).max(1) {
             continue;
@@ -186,16 +160,6 @@ pub(crate) fn tidy(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn edit_distance_counts_edits() {
-        assert_eq!(edit_distance("user_idd", "user_id"), 1);
-        assert_eq!(edit_distance("", "abc"), 3);
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
-        assert_eq!(edit_distance("same", "same"), 0);
-        assert_eq!(edit_distance("crat", "cart"), 1);
-        assert_eq!(edit_distance("ttl", "tll"), 1);
-    }
 
     #[test]
     fn closest_ignores_far_candidates() {

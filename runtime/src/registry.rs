@@ -421,12 +421,21 @@ impl Registry {
     }
 
     fn closest(&self, name: &str) -> Option<String> {
-        self.tools
-            .iter()
-            .map(|t| (edit_distance(name, t.name()), t.name()))
-            .filter(|(d, n)| *d <= (n.len() / 3).max(2))
-            .min()
-            .map(|(_, n)| n.to_owned())
+        // The macros' rule (`macros/src/diag.rs`): at most a third of the longer name's
+        // characters differ, one edit always tolerated, transpositions count one.
+        let mut best: Option<(usize, &'static str)> = None;
+        for tool in self.tools.iter() {
+            let candidate = tool.name();
+            let distance = strsim::osa_distance(name, candidate);
+            let longest = name.chars().count().max(candidate.chars().count());
+            if distance == 0 || distance > (longest / 3).max(1) {
+                continue;
+            }
+            if best.is_none_or(|(d, _)| distance < d) {
+                best = Some((distance, candidate));
+            }
+        }
+        best.map(|(_, name)| name.to_owned())
     }
 
     /// The registry as an MCP `tools/list` result: `{"tools": [...]}`, each tool's
@@ -434,21 +443,4 @@ impl Registry {
     pub fn to_json(&self) -> Value {
         json!({ "tools": self.tools.iter().map(|t| t.to_mcp_json()).collect::<Vec<_>>() })
     }
-}
-
-/// Levenshtein distance, for "did you mean" hints on a handful of short names; too small
-/// a job for a dependency.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(ca != *cb))
-                .min(prev[j + 1] + 1)
-                .min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    prev[b.len()]
 }
