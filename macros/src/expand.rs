@@ -367,7 +367,7 @@ fn read_only_checks(c: &Contract) -> TokenStream {
 fn spec_static(c: &Contract, n: &Names) -> TokenStream {
     let spec = &n.spec;
     let name = Literal::string(&c.name);
-    let description = Literal::string(&c.description);
+    let description = &c.description;
     let kind = match c.kind {
         Kind::Mutating => quote!(Mutating),
         Kind::ReadOnly => quote!(ReadOnly),

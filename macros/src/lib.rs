@@ -23,7 +23,7 @@
 //! | --- | --- | --- |
 //! | `idempotency_key_fields` | `[user_id, cart.id]`: parameters or fields of parameters | required |
 //! | `name` | `"create_order"` (1 to 128 of `A-Za-z0-9_.-`) | the function name |
-//! | `description` | `"..."` | the doc comment |
+//! | `description` | `"..."` | the doc comment (`#[doc = include_str!(..)]` kept) |
 //! | `version` | integer `>= 1` | `1` |
 //! | `ttl` | duration such as `"24h"`, `"1h30m"`, `"500ms"` (units `d h m s ms`) | `"24h"` |
 //! | `lease` | duration | `"30s"` |

@@ -56,9 +56,47 @@ impl<'a> Model<'a> {
 
     /// The (outer) doc comment, each line trimmed of one leading space,
     /// joined with `\n`, trimmed. Non-literal `#[doc = ...]` attributes are
-    /// skipped.
+    /// left out here; [`doc_tokens`](Self::doc_tokens) keeps them.
     pub(crate) fn doc(&self) -> String {
         let mut lines = Vec::new();
+        for part in self.doc_parts() {
+            if let DocPart::Text(value) = part {
+                push_lines(&mut lines, &value);
+            }
+        }
+        lines.join("\n").trim().to_owned()
+    }
+
+    /// The doc comment as a `&'static str` expression: a literal (as
+    /// [`doc`](Self::doc)) when every `#[doc]` is one, otherwise
+    /// `::core::concat!(..)` of the lines and the other expressions as written
+    /// (`#[doc = include_str!("tool.md")]`, as rmcp keeps them), joined by `\n`.
+    pub(crate) fn doc_tokens(&self) -> proc_macro2::TokenStream {
+        let parts = self.doc_parts();
+        if parts.iter().all(|p| matches!(p, DocPart::Text(_))) {
+            let doc = self.doc();
+            return quote::quote!(#doc);
+        }
+        let mut pieces = Vec::new();
+        for (i, part) in parts.into_iter().enumerate() {
+            if i > 0 {
+                pieces.push(quote::quote!("\n"));
+            }
+            match part {
+                DocPart::Text(value) => {
+                    let mut lines = Vec::new();
+                    push_lines(&mut lines, &value);
+                    let text = lines.join("\n");
+                    pieces.push(quote::quote!(#text));
+                }
+                DocPart::Expr(expr) => pieces.push(quote::quote!(#expr)),
+            }
+        }
+        quote::quote!(::core::concat!(#(#pieces),*))
+    }
+
+    fn doc_parts(&self) -> Vec<DocPart<'a>> {
+        let mut parts = Vec::new();
         for attr in &self.func.attrs {
             if !attr.path().is_ident("doc") || !matches!(attr.style, syn::AttrStyle::Outer) {
                 continue;
@@ -66,20 +104,29 @@ impl<'a> Model<'a> {
             let syn::Meta::NameValue(nv) = &attr.meta else {
                 continue;
             };
-            let syn::Expr::Lit(syn::ExprLit {
-                lit: syn::Lit::Str(s),
-                ..
-            }) = &nv.value
-            else {
-                continue;
-            };
-            let value = s.value();
-            for line in value.split('\n') {
-                let line = line.strip_suffix('\r').unwrap_or(line);
-                lines.push(line.strip_prefix(' ').unwrap_or(line).to_owned());
+            match &nv.value {
+                syn::Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Str(s),
+                    ..
+                }) => parts.push(DocPart::Text(s.value())),
+                other => parts.push(DocPart::Expr(other)),
             }
         }
-        lines.join("\n").trim().to_owned()
+        parts
+    }
+}
+
+/// One `#[doc]` attribute: a literal, or an expression such as `include_str!(..)`.
+enum DocPart<'a> {
+    Text(String),
+    Expr(&'a syn::Expr),
+}
+
+/// Appends `value`'s lines, each trimmed of a `\r` and one leading space.
+fn push_lines(lines: &mut Vec<String>, value: &str) {
+    for line in value.split('\n') {
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        lines.push(line.strip_prefix(' ').unwrap_or(line).to_owned());
     }
 }
 

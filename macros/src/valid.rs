@@ -43,7 +43,8 @@ pub(crate) struct Contract<'a> {
     pub kind: Kind,
     pub model: &'a Model<'a>,
     pub name: String,
-    pub description: String,
+    /// A `&'static str` expression: a literal, or `concat!` around `include_str!`s.
+    pub description: TokenStream,
     pub version: u32,
     pub ttl_ms: u64,
     pub lease_ms: u64,
@@ -143,8 +144,11 @@ pub(crate) fn check<'a>(
     check_wait_policy(args, errors);
     let name = tool_name(args, model, errors);
     let description = match &args.description {
-        Some(opt) => opt.value.value(),
-        None => model.doc(),
+        Some(opt) => {
+            let text = opt.value.value();
+            quote::quote!(#text)
+        }
+        None => model.doc_tokens(),
     };
     let version = args.version.as_ref().map_or(1, |opt| version(opt, errors));
     let ttl_ms = args
