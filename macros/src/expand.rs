@@ -343,10 +343,7 @@ fn arg_call(p: &ToolParam, builder: &Ident) -> TokenStream {
 }
 
 fn contains_impl_trait(ty: &Type) -> bool {
-    ty.to_token_stream()
-        .to_string()
-        .split_whitespace()
-        .any(|t| t == "impl")
+    crate::valid::find_impl_trait(ty).is_some()
 }
 
 /// A read-only tool's trait-bound checks, each spanned at the type the user

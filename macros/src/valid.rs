@@ -484,25 +484,23 @@ fn check_generics(model: &Model, errors: &mut Errors) {
 }
 
 /// The first `impl Trait` inside a type, if any.
-fn find_impl_trait(ty: &Type) -> Option<&Type> {
-    match ty {
-        Type::ImplTrait(_) => Some(ty),
-        Type::Reference(r) => find_impl_trait(&r.elem),
-        Type::Slice(s) => find_impl_trait(&s.elem),
-        Type::Array(a) => find_impl_trait(&a.elem),
-        Type::Ptr(p) => find_impl_trait(&p.elem),
-        Type::Paren(p) => find_impl_trait(&p.elem),
-        Type::Group(g) => find_impl_trait(&g.elem),
-        Type::Tuple(t) => t.elems.iter().find_map(find_impl_trait),
-        Type::Path(p) => p.path.segments.iter().find_map(|seg| match &seg.arguments {
-            PathArguments::AngleBracketed(a) => a.args.iter().find_map(|arg| match arg {
-                GenericArgument::Type(t) => find_impl_trait(t),
-                _ => None,
-            }),
-            _ => None,
-        }),
-        _ => None,
+pub(crate) fn find_impl_trait(ty: &Type) -> Option<&Type> {
+    // A walk of the syntax tree: `impl Trait` anywhere inside (generic arguments,
+    // tuples, references, function pointer parameters...), never a match on text.
+    struct Find<'ast>(Option<&'ast Type>);
+    impl<'ast> syn::visit::Visit<'ast> for Find<'ast> {
+        fn visit_type(&mut self, ty: &'ast Type) {
+            match ty {
+                Type::ImplTrait(_) => {
+                    self.0.get_or_insert(ty);
+                }
+                _ => syn::visit::visit_type(self, ty),
+            }
+        }
     }
+    let mut find = Find(None);
+    syn::visit::Visit::visit_type(&mut find, ty);
+    find.0
 }
 
 /// Whether a type borrows: contains a reference or a lifetime other than
@@ -1056,6 +1054,27 @@ mod tests {
             shop(quote! { order: Order }),
         )[0]
         .contains("`order.created_at`"));
+    }
+
+    #[test]
+    fn impl_trait_is_found_anywhere_in_a_type() {
+        for ty in [
+            quote!(impl Fn()),
+            quote!(Vec<impl Fn()>),
+            quote!(&[impl core::fmt::Display]),
+            quote!((u8, Option<Box<impl Send>>)),
+        ] {
+            let ty: Type = syn::parse2(ty.clone()).unwrap();
+            assert!(find_impl_trait(&ty).is_some(), "{}", quote::quote!(#ty));
+        }
+        for ty in [
+            quote!(Implementation<u8>),
+            quote!(Box<dyn Fn()>),
+            quote!(&'a str),
+        ] {
+            let ty: Type = syn::parse2(ty).unwrap();
+            assert!(find_impl_trait(&ty).is_none(), "{}", quote::quote!(#ty));
+        }
     }
 
     #[test]
