@@ -13,47 +13,124 @@ use syn::ext::IdentExt;
 use syn::parse::{ParseStream, Parser};
 use syn::{bracketed, token, Ident, LitBool, LitInt, LitStr, Token};
 
-/// The option keywords. `custom_keyword!` gives each a token type, so the
-/// parser below peeks for them exactly and spans them precisely.
-pub(crate) mod kw {
-    syn::custom_keyword!(idempotency_key_fields);
-    syn::custom_keyword!(name);
-    syn::custom_keyword!(description);
-    syn::custom_keyword!(version);
-    syn::custom_keyword!(ttl);
-    syn::custom_keyword!(lease);
-    syn::custom_keyword!(max_wait);
-    syn::custom_keyword!(concurrent);
-    syn::custom_keyword!(payload_mismatch);
-    syn::custom_keyword!(on_unknown);
-    syn::custom_keyword!(cache_errors);
-    syn::custom_keyword!(destructive);
-    syn::custom_keyword!(open_world);
-    syn::custom_keyword!(verify);
-    syn::custom_keyword!(unknown_outcome_if);
+/// The shape of an option's value, with the example its error messages show.
+#[derive(Clone, Copy)]
+enum Shape {
+    /// `[a, b.c]`.
+    KeyFields,
+    /// A string literal: `"30s"`.
+    Str(&'static str),
+    /// An integer literal.
+    Int,
+    /// `true`/`false`; `bare`: the option alone means `true`.
+    Flag { bare: bool },
+    /// A path to a function: `verify_order`.
+    FnPath(&'static str),
 }
 
-/// Every option `#[mutating_tool]` accepts, in the order messages list them.
-pub(crate) const MUTATING_OPTIONS: &[&str] = &[
-    "idempotency_key_fields",
-    "name",
-    "description",
-    "version",
-    "ttl",
-    "lease",
-    "max_wait",
-    "concurrent",
-    "payload_mismatch",
-    "on_unknown",
-    "cache_errors",
-    "destructive",
-    "open_world",
-    "verify",
-    "unknown_outcome_if",
+/// One option of the attributes: the one place that lists them, their value's shape,
+/// and whether `#[read_only_tool]` takes them. Messages that list the valid options are
+/// generated from it, in this order; defaults live with the rules in `valid.rs`.
+struct OptionSpec {
+    name: &'static str,
+    shape: Shape,
+    read_only: bool,
+}
+
+const OPTIONS: &[OptionSpec] = &[
+    OptionSpec {
+        name: "idempotency_key_fields",
+        shape: Shape::KeyFields,
+        read_only: false,
+    },
+    OptionSpec {
+        name: "name",
+        shape: Shape::Str("\"create_order\""),
+        read_only: true,
+    },
+    OptionSpec {
+        name: "description",
+        shape: Shape::Str("\"Place an order for the user's cart.\""),
+        read_only: true,
+    },
+    OptionSpec {
+        name: "version",
+        shape: Shape::Int,
+        read_only: false,
+    },
+    OptionSpec {
+        name: "ttl",
+        shape: Shape::Str("\"24h\""),
+        read_only: false,
+    },
+    OptionSpec {
+        name: "lease",
+        shape: Shape::Str("\"30s\""),
+        read_only: false,
+    },
+    OptionSpec {
+        name: "max_wait",
+        shape: Shape::Str("\"30s\""),
+        read_only: false,
+    },
+    OptionSpec {
+        name: "concurrent",
+        shape: Shape::Str("\"wait\""),
+        read_only: false,
+    },
+    OptionSpec {
+        name: "payload_mismatch",
+        shape: Shape::Str("\"reject\""),
+        read_only: false,
+    },
+    OptionSpec {
+        name: "on_unknown",
+        shape: Shape::Str("\"fail\""),
+        read_only: false,
+    },
+    OptionSpec {
+        name: "cache_errors",
+        shape: Shape::Flag { bare: false },
+        read_only: false,
+    },
+    OptionSpec {
+        name: "destructive",
+        shape: Shape::Flag { bare: true },
+        read_only: false,
+    },
+    OptionSpec {
+        name: "open_world",
+        shape: Shape::Flag { bare: true },
+        read_only: true,
+    },
+    OptionSpec {
+        name: "verify",
+        shape: Shape::FnPath("verify_order"),
+        read_only: false,
+    },
+    OptionSpec {
+        name: "unknown_outcome_if",
+        shape: Shape::FnPath("is_timeout"),
+        read_only: false,
+    },
 ];
 
-/// Every option `#[read_only_tool]` accepts.
-pub(crate) const READ_ONLY_OPTIONS: &[&str] = &["name", "description", "open_world"];
+/// The options an attribute takes, in the order messages list them.
+pub(crate) fn valid_options(kind: Kind) -> impl Iterator<Item = &'static str> {
+    OPTIONS
+        .iter()
+        .filter(move |o| kind == Kind::Mutating || o.read_only)
+        .map(|o| o.name)
+}
+
+/// A parsed option value, of its [`Shape`].
+enum Value {
+    KeyFields(KeyFields),
+    Str(LitStr),
+    Int(LitInt),
+    Flag(Flag),
+    FnPath(syn::ExprPath),
+}
 
 /// One option as written: the keyword (for "duplicate"/"does not apply"
 /// errors) and its value.
@@ -182,83 +259,59 @@ fn parse_option(
     args: &mut Args,
     errors: &mut Errors,
 ) -> syn::Result<()> {
-    macro_rules! keyword {
-        ($kw:ident) => {{
-            let kw: kw::$kw = input.parse()?;
-            Ident::new(stringify!($kw), kw.span)
-        }};
-    }
-    if input.peek(kw::idempotency_key_fields) {
-        let kw = keyword!(idempotency_key_fields);
-        let value = parse_key_fields(input, errors)?;
-        store(&mut args.key_fields, kw, value, errors);
-    } else if input.peek(kw::name) {
-        let kw = keyword!(name);
-        let value = parse_str(input, &kw, "\"create_order\"")?;
-        store(&mut args.name, kw, value, errors);
-    } else if input.peek(kw::description) {
-        let kw = keyword!(description);
-        let value = parse_str(input, &kw, "\"Place an order for the user's cart.\"")?;
-        store(&mut args.description, kw, value, errors);
-    } else if input.peek(kw::version) {
-        let kw = keyword!(version);
-        let value = parse_int(input, &kw)?;
-        store(&mut args.version, kw, value, errors);
-    } else if input.peek(kw::ttl) {
-        let kw = keyword!(ttl);
-        let value = parse_str(input, &kw, "\"24h\"")?;
-        store(&mut args.ttl, kw, value, errors);
-    } else if input.peek(kw::lease) {
-        let kw = keyword!(lease);
-        let value = parse_str(input, &kw, "\"30s\"")?;
-        store(&mut args.lease, kw, value, errors);
-    } else if input.peek(kw::max_wait) {
-        let kw = keyword!(max_wait);
-        let value = parse_str(input, &kw, "\"30s\"")?;
-        store(&mut args.max_wait, kw, value, errors);
-    } else if input.peek(kw::concurrent) {
-        let kw = keyword!(concurrent);
-        let value = parse_str(input, &kw, "\"wait\"")?;
-        store(&mut args.concurrent, kw, value, errors);
-    } else if input.peek(kw::payload_mismatch) {
-        let kw = keyword!(payload_mismatch);
-        let value = parse_str(input, &kw, "\"reject\"")?;
-        store(&mut args.payload_mismatch, kw, value, errors);
-    } else if input.peek(kw::on_unknown) {
-        let kw = keyword!(on_unknown);
-        let value = parse_str(input, &kw, "\"fail\"")?;
-        store(&mut args.on_unknown, kw, value, errors);
-    } else if input.peek(kw::cache_errors) {
-        let kw = keyword!(cache_errors);
-        let value = parse_flag(input, &kw, false)?;
-        store(&mut args.cache_errors, kw, value, errors);
-    } else if input.peek(kw::destructive) {
-        let kw = keyword!(destructive);
-        let value = parse_flag(input, &kw, true)?;
-        store(&mut args.destructive, kw, value, errors);
-    } else if input.peek(kw::open_world) {
-        let kw = keyword!(open_world);
-        let value = parse_flag(input, &kw, true)?;
-        store(&mut args.open_world, kw, value, errors);
-    } else if input.peek(kw::verify) {
-        let kw = keyword!(verify);
-        let value = parse_fn_path(input, &kw, "verify_order")?;
-        store(&mut args.verify, kw, value, errors);
-    } else if input.peek(kw::unknown_outcome_if) {
-        let kw = keyword!(unknown_outcome_if);
-        let value = parse_fn_path(input, &kw, "is_timeout")?;
-        store(&mut args.unknown_outcome_if, kw, value, errors);
-    } else {
+    let known = input.fork().call(Ident::parse_any).ok().and_then(|ident| {
+        let written = ident.unraw().to_string();
+        OPTIONS.iter().find(|o| o.name == written)
+    });
+    let Some(spec) = known else {
         return Err(unknown_option(kind, input));
-    }
+    };
+    let kw = input.call(Ident::parse_any)?;
+    let value = match spec.shape {
+        Shape::KeyFields => Value::KeyFields(parse_key_fields(input, errors)?),
+        Shape::Str(example) => Value::Str(parse_str(input, &kw, example)?),
+        Shape::Int => Value::Int(parse_int(input, &kw)?),
+        Shape::Flag { bare } => Value::Flag(parse_flag(input, &kw, bare)?),
+        Shape::FnPath(example) => Value::FnPath(parse_fn_path(input, &kw, example)?),
+    };
+    args.set(spec.name, kw, value, errors);
     Ok(())
 }
 
+impl Args {
+    /// Stores a parsed option in its field (the name and shape come from [`OPTIONS`]).
+    fn set(&mut self, name: &str, kw: Ident, value: Value, errors: &mut Errors) {
+        match (name, value) {
+            ("idempotency_key_fields", Value::KeyFields(v)) => {
+                store(&mut self.key_fields, kw, v, errors)
+            }
+            ("name", Value::Str(v)) => store(&mut self.name, kw, v, errors),
+            ("description", Value::Str(v)) => store(&mut self.description, kw, v, errors),
+            ("version", Value::Int(v)) => store(&mut self.version, kw, v, errors),
+            ("ttl", Value::Str(v)) => store(&mut self.ttl, kw, v, errors),
+            ("lease", Value::Str(v)) => store(&mut self.lease, kw, v, errors),
+            ("max_wait", Value::Str(v)) => store(&mut self.max_wait, kw, v, errors),
+            ("concurrent", Value::Str(v)) => store(&mut self.concurrent, kw, v, errors),
+            ("payload_mismatch", Value::Str(v)) => store(&mut self.payload_mismatch, kw, v, errors),
+            ("on_unknown", Value::Str(v)) => store(&mut self.on_unknown, kw, v, errors),
+            ("cache_errors", Value::Flag(v)) => store(&mut self.cache_errors, kw, v, errors),
+            ("destructive", Value::Flag(v)) => store(&mut self.destructive, kw, v, errors),
+            ("open_world", Value::Flag(v)) => store(&mut self.open_world, kw, v, errors),
+            ("verify", Value::FnPath(v)) => store(&mut self.verify, kw, v, errors),
+            ("unknown_outcome_if", Value::FnPath(v)) => {
+                store(&mut self.unknown_outcome_if, kw, v, errors)
+            }
+            // The table and this match disagree: a bug here, reported, never a panic.
+            (name, _) => errors.push(syn::Error::new(
+                kw.span(),
+                format!("internal error: option `{name}` has no field; please report it"),
+            )),
+        }
+    }
+}
+
 fn unknown_option(kind: Kind, input: ParseStream) -> syn::Error {
-    let valid = match kind {
-        Kind::Mutating => MUTATING_OPTIONS,
-        Kind::ReadOnly => READ_ONLY_OPTIONS,
-    };
+    let valid: Vec<&str> = valid_options(kind).collect();
     let list = valid
         .iter()
         .map(|o| format!("`{o}`"))

@@ -261,7 +261,7 @@ fn check_options_apply(kind: Kind, args: &Args, errors: &mut Errors) {
             format!(
                 "`{kw}` does not apply to `#[read_only_tool]`: read-only tools are never deduplicated; \
                  valid options are {} (use `#[mutating_tool]` if this tool changes anything)",
-                backticked(crate::args::READ_ONLY_OPTIONS.iter().copied())
+                backticked(crate::args::valid_options(Kind::ReadOnly))
             ),
         ));
     }
