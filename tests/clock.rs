@@ -26,8 +26,11 @@
 //! Where `faketime` is not installed the skewed tests fail under `CI` and skip loudly
 //! otherwise (`.ci/run` installs it). Each result is recorded as a figure (`clock[...]`).
 
+#[path = "support/cleanup.rs"]
+mod cleanup;
 mod figures;
 mod support;
+use cleanup::{postgres_drop_schema, redis_delete_prefix, Cleanup};
 
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -701,45 +704,4 @@ async fn memory_store_leases_follow_the_one_process_clock_it_serves() {
         matches!(after, ClaimOutcome::Abandoned { .. }),
         "the one process clock moved for every worker of the process: {after:?}"
     );
-}
-
-/// Removes what a test left in a shared server or on disk, pass or fail.
-struct Cleanup(Box<dyn Fn()>);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        (self.0)();
-    }
-}
-
-/// Deletes every key under `prefix` on the Redis server at `url`.
-fn redis_delete_prefix(url: &str, prefix: &str) {
-    let script =
-        "for _, k in ipairs(redis.call('KEYS', ARGV[1])) do redis.call('DEL', k) end return 0";
-    let deleted = redis::Client::open(url)
-        .and_then(|c| c.get_connection())
-        .and_then(|mut conn| {
-            redis::cmd("EVAL")
-                .arg(script)
-                .arg(0)
-                .arg(format!("{prefix}*"))
-                .query::<i64>(&mut conn)
-        });
-    if let Err(e) = deleted {
-        eprintln!("cleanup: could not delete {prefix}* on {url}: {e}");
-    }
-}
-
-/// Drops the PostgreSQL schema a test made.
-fn postgres_drop_schema(url: &str, schema: &str) {
-    let _ = Command::new("psql")
-        .args([
-            url,
-            "-q",
-            "-c",
-            &format!("DROP SCHEMA IF EXISTS {schema} CASCADE"),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
 }

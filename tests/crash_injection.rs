@@ -31,8 +31,11 @@
 //! One summary line per store is printed (`crash_injection[...]`) and recorded as a
 //! figure (`tests/figures/mod.rs`), from which `docs/guarantees.md` is rendered.
 
+#[path = "support/cleanup.rs"]
+mod cleanup;
 mod figures;
 mod support;
+use cleanup::{postgres_drop_schema, redis_delete_prefix, Cleanup};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
@@ -893,47 +896,6 @@ fn campaign(backend: &'static str, url: String, ns: String) {
 
 // ---------------------------------------------------------------------------------------
 // Backends.
-
-/// Deletes every key under `prefix` on the Redis server at `url`.
-fn redis_delete_prefix(url: &str, prefix: &str) {
-    let script =
-        "for _, k in ipairs(redis.call('KEYS', ARGV[1])) do redis.call('DEL', k) end return 0";
-    let deleted = redis::Client::open(url)
-        .and_then(|c| c.get_connection())
-        .and_then(|mut conn| {
-            redis::cmd("EVAL")
-                .arg(script)
-                .arg(0)
-                .arg(format!("{prefix}*"))
-                .query::<i64>(&mut conn)
-        });
-    if let Err(e) = deleted {
-        eprintln!("cleanup: could not delete {prefix}* on {url}: {e}");
-    }
-}
-
-fn postgres_drop_schema(url: &str, schema: &str) {
-    let _ = Command::new("psql")
-        .args([
-            url,
-            "-q",
-            "-c",
-            &format!("DROP SCHEMA IF EXISTS {schema} CASCADE"),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-}
-
-/// Removes what a campaign left in its store, pass or fail (the ledger and reports in
-/// the temporary directory are kept on failure, to debug with).
-struct Cleanup(Box<dyn Fn()>);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        (self.0)();
-    }
-}
 
 #[test]
 fn sqlite_survives_hundreds_of_sigkills_without_a_duplicate_effect() {
