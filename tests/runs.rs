@@ -218,3 +218,33 @@ async fn a_step_error_is_not_recorded_so_the_resume_runs_it_again() {
     .await;
     assert_eq!(attempts.load(SeqCst), 3);
 }
+
+#[tokio::test]
+async fn an_invalid_scope_is_refused_by_status_of_as_by_start_never_dropped() {
+    with_store(MemoryStore::new(), async {
+        let intent = json!({"order": 901});
+        // A run of this intent outside any scope...
+        let run = Run::start("scoped_status", &intent).await.unwrap();
+        run.finish(&"shipped").await.unwrap();
+        assert!(
+            Run::status_of("scoped_status", &intent, RunOptions::default())
+                .await
+                .unwrap()
+                .is_some()
+        );
+        // ...is not what a reader with an invalid scope gets: an error, as `start` gives.
+        tool_contracts::with_scope("tenant\u{1}7", async {
+            let read = Run::status_of("scoped_status", &intent, RunOptions::default()).await;
+            assert!(
+                matches!(read, Err(Error::InvalidArguments { .. })),
+                "an invalid scope must not fall back to no scope: {read:?}"
+            );
+            assert!(matches!(
+                Run::start("scoped_status", &intent).await,
+                Err(Error::InvalidArguments { .. })
+            ));
+        })
+        .await;
+    })
+    .await;
+}

@@ -93,8 +93,24 @@ fn validate_scope(part: &str) -> Result<(), String> {
     Ok(())
 }
 
-pub(crate) fn current_scope() -> Option<Result<Arc<str>, String>> {
+fn current_scope() -> Option<Result<Arc<str>, String>> {
     SCOPE.try_with(|s| s.joined.clone()).ok()
+}
+
+/// The scope a call, run or read of `tool` is made in: `None` outside any `with_scope`,
+/// and an invalid scope is [`Error::InvalidArguments`](crate::Error::InvalidArguments),
+/// never dropped (a dropped scope would read or write another tenant's keys). The one
+/// place that decides it: the engine, runs and `Run::status_of` all ask here.
+pub(crate) fn caller_scope(tool: &str) -> Result<Option<Arc<str>>, crate::Error> {
+    match current_scope() {
+        None => Ok(None),
+        Some(Ok(scope)) => Ok(Some(scope)),
+        Some(Err(message)) => Err(crate::Error::InvalidArguments {
+            tool: tool.to_owned(),
+            field: None,
+            message,
+        }),
+    }
 }
 
 pub(crate) fn current_store() -> Arc<dyn Store> {

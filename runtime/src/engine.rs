@@ -104,15 +104,7 @@ impl CallBuilder {
     }
 
     fn scope(&self) -> Result<Option<Arc<str>>, Error> {
-        match ambient::current_scope() {
-            None => Ok(None),
-            Some(Ok(scope)) => Ok(Some(scope)),
-            Some(Err(message)) => Err(Error::InvalidArguments {
-                tool: self.spec.name.to_owned(),
-                field: None,
-                message,
-            }),
-        }
+        ambient::caller_scope(self.spec.name)
     }
 
     /// The key alone (what [`ToolDescriptor::key`](crate::ToolDescriptor::key) reports):

@@ -263,17 +263,7 @@ impl Run {
             field: None,
             message: format!("the intent cannot be encoded as JSON: {e}"),
         })?;
-        let scope = match ambient::current_scope() {
-            None => None,
-            Some(Ok(s)) => Some(s),
-            Some(Err(message)) => {
-                return Err(Error::InvalidArguments {
-                    tool: name.to_owned(),
-                    field: None,
-                    message,
-                })
-            }
-        };
+        let scope = ambient::caller_scope(name)?;
         let key = run_key(name, &intent, scope.as_deref(), options.version)?;
         let store = ambient::current_store();
         let args = intent.to_string();
@@ -608,7 +598,9 @@ impl Run {
             field: None,
             message: format!("the intent cannot be encoded as JSON: {e}"),
         })?;
-        let scope = ambient::current_scope().and_then(Result::ok);
+        // An invalid scope is refused, as by `start`: dropped, it would read the run of
+        // the same intent outside any scope (another tenant's, or nobody's).
+        let scope = ambient::caller_scope(name)?;
         let key = run_key(name, &intent, scope.as_deref(), options.version)?;
         let store = ambient::current_store();
         let Some(rec) = store
