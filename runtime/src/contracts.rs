@@ -30,30 +30,35 @@ inventory::collect!(ContractEntry);
 /// Pairs of contracts that share a name, each pair ordered by source location; built once.
 fn duplicates() -> &'static [(&'static ToolSpec, &'static ToolSpec)] {
     static DUPLICATES: OnceLock<Vec<(&'static ToolSpec, &'static ToolSpec)>> = OnceLock::new();
-    DUPLICATES.get_or_init(|| {
-        let mut specs: Vec<&'static ToolSpec> = inventory::iter::<ContractEntry>
-            .into_iter()
-            .map(|e| e.0)
-            .collect();
-        specs.sort_by(|a, b| {
-            a.name
-                .cmp(b.name)
-                .then_with(|| a.location.file.cmp(b.location.file))
-                .then_with(|| a.location.line.cmp(&b.location.line))
-                .then_with(|| a.location.column.cmp(&b.location.column))
-        });
-        specs
-            .windows(2)
-            .filter_map(|pair| match pair {
-                [a, b] if a.name == b.name => Some((*a, *b)),
-                _ => None,
-            })
-            .collect()
-    })
+    DUPLICATES
+        .get_or_init(|| shared_names(inventory::iter::<ContractEntry>.into_iter().map(|e| e.0)))
+}
+
+/// The pairs of `specs` that share a name, sorted by name then source location: the one
+/// rule for the whole program (above) and for a registry built by hand
+/// ([`Registry::from_tools`](crate::Registry::from_tools)).
+pub(crate) fn shared_names(
+    specs: impl IntoIterator<Item = &'static ToolSpec>,
+) -> Vec<(&'static ToolSpec, &'static ToolSpec)> {
+    let mut specs: Vec<&'static ToolSpec> = specs.into_iter().collect();
+    specs.sort_by(|a, b| {
+        a.name
+            .cmp(b.name)
+            .then_with(|| a.location.file.cmp(b.location.file))
+            .then_with(|| a.location.line.cmp(&b.location.line))
+            .then_with(|| a.location.column.cmp(&b.location.column))
+    });
+    specs
+        .windows(2)
+        .filter_map(|pair| match pair {
+            [a, b] if a.name == b.name => Some((*a, *b)),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The error for a name two contracts share.
-fn duplicate_error(pair: &(&'static ToolSpec, &'static ToolSpec)) -> Error {
+pub(crate) fn duplicate_error(pair: &(&'static ToolSpec, &'static ToolSpec)) -> Error {
     Error::DuplicateTool {
         name: pair.0.name.to_owned(),
         first: pair.0.location,

@@ -322,19 +322,11 @@ impl Registry {
         tools: impl IntoIterator<Item = &'static ToolDescriptor>,
     ) -> Result<Registry, Error> {
         let mut tools: Vec<&'static ToolDescriptor> = tools.into_iter().collect();
-        tools.sort_by(|a, b| {
-            a.name()
-                .cmp(b.name())
-                .then_with(|| a.location().file.cmp(b.location().file))
-                .then_with(|| a.location().line.cmp(&b.location().line))
-        });
-        if let Some(pair) = tools.windows(2).find(|w| w[0].name() == w[1].name()) {
-            return Err(Error::DuplicateTool {
-                name: pair[0].name().to_owned(),
-                first: pair[0].location(),
-                second: pair[1].location(),
-            });
+        if let Some(pair) = crate::contracts::shared_names(tools.iter().map(|t| t.spec)).first() {
+            return Err(crate::contracts::duplicate_error(pair));
         }
+        // Names are unique now: name order is the registry's order.
+        tools.sort_by(|a, b| a.name().cmp(b.name()));
         // Key fields are published as JSON paths: each must be one (see `key_paths`).
         for tool in &tools {
             crate::key_paths::check(tool)?;
