@@ -10,9 +10,7 @@ use libfuzzer_sys::fuzz_target;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tool_contracts::__private::{
-    decode_args, Concurrent, Mismatch, OnUnknown, SourceLocation, ToolKind, ToolSpec,
-};
+use tool_contracts::__private::{decode_args, SourceLocation, ToolKind, ToolSpec};
 use tool_contracts::{mutating_tool, registry, with_store, Error, MemoryStore, Secret};
 
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
@@ -69,29 +67,21 @@ struct DirectArgs {
 }
 
 static DIRECT: ToolSpec = ToolSpec {
-    name: "direct",
-    description: "",
-    kind: ToolKind::Mutating,
-    key_fields: &["user_id"],
-    params: &[
-        "user_id", "small", "cart", "shipping", "tags", "card", "pair",
-    ],
-    version: 1,
     ttl: Duration::from_secs(60),
-    lease: Duration::from_secs(30),
-    max_wait: core::time::Duration::from_secs(30),
-    concurrent: Concurrent::Wait,
-    payload_mismatch: Mismatch::Reject,
-    on_unknown: OnUnknown::Fail,
-    cache_errors: false,
-    destructive: false,
-    open_world: false,
-    location: SourceLocation {
-        module_path: "fuzz",
-        file: "decode_args.rs",
-        line: 1,
-        column: 1,
-    },
+    ..ToolSpec::fixture(
+        "direct",
+        ToolKind::Mutating,
+        &["user_id"],
+        &[
+            "user_id", "small", "cart", "shipping", "tags", "card", "pair",
+        ],
+        SourceLocation {
+            module_path: "fuzz",
+            file: "decode_args.rs",
+            line: 1,
+            column: 1,
+        },
+    )
 };
 
 fn runtime() -> &'static tokio::runtime::Runtime {

@@ -397,32 +397,23 @@ mod tests {
     use super::*;
     use crate::error::Error;
     use crate::registry::{BoxFuture, Context};
-    use crate::spec::{Concurrent, Mismatch, OnUnknown, SourceLocation, ToolKind, ToolSpec};
-    use core::time::Duration;
+    use crate::spec::{SourceLocation, ToolKind, ToolSpec};
 
     const fn spec(name: &'static str, kind: ToolKind) -> ToolSpec {
         ToolSpec {
-            name,
             description: "Place an order.",
-            kind,
-            key_fields: &["user_id", "cart.id"],
-            params: &["user_id", "cart", "note"],
-            version: 1,
-            ttl: Duration::from_secs(86_400),
-            lease: Duration::from_secs(30),
-            max_wait: core::time::Duration::from_secs(30),
-            concurrent: Concurrent::Wait,
-            payload_mismatch: Mismatch::Reject,
-            on_unknown: OnUnknown::Fail,
-            cache_errors: false,
-            destructive: false,
-            open_world: false,
-            location: SourceLocation {
-                module_path: "export::tests",
-                file: file!(),
-                line: line!(),
-                column: 1,
-            },
+            ..ToolSpec::fixture(
+                name,
+                kind,
+                &["user_id", "cart.id"],
+                &["user_id", "cart", "note"],
+                SourceLocation {
+                    module_path: "export::tests",
+                    file: file!(),
+                    line: line!(),
+                    column: 1,
+                },
+            )
         }
     }
 

@@ -789,30 +789,23 @@ mod tests {
 
         use crate::error::Error;
         use crate::registry::{BoxFuture, Context, ToolDescriptor};
-        use crate::spec::{Concurrent, Mismatch, OnUnknown, SourceLocation, ToolKind, ToolSpec};
+        use crate::spec::{SourceLocation, ToolKind, ToolSpec};
 
         static SPEC: ToolSpec = ToolSpec {
-            name: "seven",
             description: "Seven.",
-            kind: ToolKind::ReadOnly,
-            key_fields: &[],
-            params: &[],
-            version: 1,
             ttl: Duration::from_secs(60),
-            lease: Duration::from_secs(30),
-            max_wait: core::time::Duration::from_secs(30),
-            concurrent: Concurrent::Wait,
-            payload_mismatch: Mismatch::Reject,
-            on_unknown: OnUnknown::Fail,
-            cache_errors: false,
-            destructive: false,
-            open_world: false,
-            location: SourceLocation {
-                module_path: module_path!(),
-                file: file!(),
-                line: line!(),
-                column: 1,
-            },
+            ..ToolSpec::fixture(
+                "seven",
+                ToolKind::ReadOnly,
+                &[],
+                &[],
+                SourceLocation {
+                    module_path: module_path!(),
+                    file: file!(),
+                    line: line!(),
+                    column: 1,
+                },
+            )
         };
 
         fn invoke(_: &Context, _: Value) -> BoxFuture<'_, Result<Value, Error>> {

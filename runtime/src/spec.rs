@@ -81,3 +81,36 @@ pub struct ToolSpec {
     pub open_world: bool,
     pub location: SourceLocation,
 }
+
+impl ToolSpec {
+    /// A spec with the attribute's default for every option (version 1, a day's ttl, a
+    /// 30 s lease and max_wait, wait, reject, fail): the one fixture that unit tests, fuzz
+    /// targets and test suites start from when they build a descriptor by hand, overriding
+    /// fields with struct update syntax.
+    pub const fn fixture(
+        name: &'static str,
+        kind: ToolKind,
+        key_fields: &'static [&'static str],
+        params: &'static [&'static str],
+        location: SourceLocation,
+    ) -> Self {
+        Self {
+            name,
+            description: "",
+            kind,
+            key_fields,
+            params,
+            version: 1,
+            ttl: Duration::from_secs(86_400),
+            lease: Duration::from_secs(30),
+            max_wait: Duration::from_secs(30),
+            concurrent: Concurrent::Wait,
+            payload_mismatch: Mismatch::Reject,
+            on_unknown: OnUnknown::Fail,
+            cache_errors: false,
+            destructive: false,
+            open_world: false,
+            location,
+        }
+    }
+}
