@@ -155,7 +155,7 @@ async fn task(order: u64) -> Result<serde_json::Value, TaskError> {
     };
     let result = serde_json::to_value(&outcome).map_err(|e| tool_contracts::Error::Codec {
         tool: "fulfil_order".into(),
-        key: run.key().into(),
+        key: Some(run.key().into()),
         message: e.to_string(),
     })?;
     run.finish(&result).await?;

@@ -96,11 +96,15 @@ async fn main() {
                     "  attempt {attempt}: no answer (timeout); retrying with the same intent"
                 ),
                 Some(out) => {
-                    let verdict = if out.replayed { "replayed" } else { "ran" };
+                    let verdict = match out.outcome {
+                        tool_contracts::Outcome::Replayed => "replayed",
+                        _ => "ran",
+                    };
+                    let key = out.key.unwrap_or_default();
                     println!(
                         "  attempt {attempt}: {verdict}: order #{} (key {}…)",
                         out.value["order_id"],
-                        &out.key[..12]
+                        key.get(..12).unwrap_or(&key)
                     );
                     break;
                 }

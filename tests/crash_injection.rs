@@ -326,7 +326,7 @@ async fn audit_intent(store: &dyn Store, intent: u64) -> Audit {
         let h = history(entry.key.clone()).await;
         journal.push((
             format!("{}:{}", entry.kind, entry.name),
-            entry.status.to_owned(),
+            entry.status.as_str().to_owned(),
             h,
         ));
     }

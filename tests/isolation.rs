@@ -114,7 +114,7 @@ async fn run_case(tenants: &[String], calls: &[Call]) -> Result<(), TestCaseErro
         match seen.get(&(scope.clone(), args.to_string())) {
             Some(previous) => {
                 prop_assert!(
-                    out.replayed,
+                    out.outcome == tool_contracts::Outcome::Replayed,
                     "call {}: a retry in the same scope ran again",
                     i
                 );
@@ -122,7 +122,7 @@ async fn run_case(tenants: &[String], calls: &[Call]) -> Result<(), TestCaseErro
             }
             None => {
                 prop_assert!(
-                    !out.replayed,
+                    out.outcome != tool_contracts::Outcome::Replayed,
                     "call {}: first call in scope {:?} was a replay",
                     i,
                     scope
@@ -131,7 +131,7 @@ async fn run_case(tenants: &[String], calls: &[Call]) -> Result<(), TestCaseErro
             }
         }
         let record = store
-            .lookup(&out.key)
+            .lookup(out.key.as_deref().unwrap_or_default())
             .await
             .map_err(|e| TestCaseError::fail(e.to_string()))?
             .ok_or_else(|| TestCaseError::fail("no record"))?;
@@ -202,13 +202,13 @@ async fn a_client_scope_cannot_spell_its_way_into_another_tenant() {
     )
     .await
     .unwrap();
-    assert!(!imitation.replayed);
+    assert_ne!(imitation.outcome, tool_contracts::Outcome::Replayed);
     assert_ne!(imitation.value, plain_a.value);
     assert_ne!(imitation.value, nested.value);
     // The unscoped call is a scope of its own too.
     let unscoped = with_store(Arc::clone(&store), call(args.clone()))
         .await
         .unwrap();
-    assert!(!unscoped.replayed);
+    assert_ne!(unscoped.outcome, tool_contracts::Outcome::Replayed);
     assert_eq!(store.len(), 4);
 }

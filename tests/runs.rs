@@ -113,7 +113,9 @@ async fn a_resumed_run_rereads_finished_steps_instead_of_running_them() {
             ]
         );
         assert!(
-            journal.iter().all(|e| e.status == "completed"),
+            journal
+                .iter()
+                .all(|e| e.status == tool_contracts::EntryStatus::Completed),
             "{journal:?}"
         );
         run.finish(&"shipped").await.unwrap();

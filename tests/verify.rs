@@ -109,14 +109,18 @@ async fn an_abandoned_call_whose_effect_happened_is_reconciled_not_run_again() {
             .await
             .unwrap();
         assert_eq!(out.value, "sent 500 for 1 (run 0)", "verify's result");
-        assert!(out.reconciled && !out.replayed, "{out:?}");
+        assert_eq!(out.outcome, tool_contracts::Outcome::Reconciled, "{out:?}");
         // The reconciled result is stored: later retries replay it without verifying.
         let again = tool_contracts::registry()
             .call("found_transfer", args)
             .await
             .unwrap();
         assert_eq!(again.value, out.value);
-        assert!(again.replayed && !again.reconciled, "{again:?}");
+        assert_eq!(
+            again.outcome,
+            tool_contracts::Outcome::Replayed,
+            "{again:?}"
+        );
         assert_eq!(
             found_transfer(1, 500).await.unwrap(),
             "sent 500 for 1 (run 0)"
@@ -369,14 +373,14 @@ async fn recovery_reconciles_abandoned_calls_nobody_retries() {
             .call("recovered_transfer", json!({ "id": 31 }))
             .await
             .unwrap();
-        assert!(out.replayed);
+        assert_eq!(out.outcome, tool_contracts::Outcome::Replayed);
         assert_eq!(out.value, json!("sent for 31 (run 0)"));
         // Released: the next call runs the body.
         let out = registry
             .call("recovered_transfer", json!({ "id": 32 }))
             .await
             .unwrap();
-        assert!(!out.replayed);
+        assert_ne!(out.outcome, tool_contracts::Outcome::Replayed);
         assert_eq!(out.value, json!("sent for 32 (run 2)"));
         // Unresolved: still unknown.
         let err = unverified_transfer(33).await.unwrap_err().contract();
@@ -465,7 +469,7 @@ async fn the_recovery_loop_reconciles_an_abandoned_call_on_its_own() {
     )
     .await
     .unwrap();
-    assert!(out.replayed);
+    assert_eq!(out.outcome, tool_contracts::Outcome::Replayed);
     assert_eq!(out.value, json!("sent for 41 (run 0)"));
     assert_eq!(looped_runs(41), 1);
 }

@@ -122,7 +122,7 @@ pub fn decode_args_str<A: DeserializeOwned>(
     let stale = |message: String| {
         Error::Codec {
         tool: spec.name.to_owned(),
-        key: crate::ambient::current_key().unwrap_or_default(),
+        key: crate::ambient::current_key(),
         message: format!(
             "the stored arguments no longer decode ({message}); the tool's parameters changed since the call was stored: resolve the key by hand, and bump the tool's `version` when its parameters change"
         ),
@@ -141,7 +141,7 @@ pub fn reconciled<T, E>(
     output: Codec<T>,
     display: fn(&E) -> String,
 ) -> Result<Option<String>, Error> {
-    let key = || crate::ambient::current_key().unwrap_or_default();
+    let key = crate::ambient::current_key;
     match verdict {
         Ok(Some(value)) => output.encode(&value).map(Some).map_err(|e| Error::Codec {
             tool: spec.name.to_owned(),
@@ -176,12 +176,12 @@ pub fn encode_result<T: Serialize, E: Display>(
     match result {
         Ok(value) => serde_json::to_value(&value).map_err(|e| Error::Codec {
             tool: spec.name.to_owned(),
-            key: crate::ambient::current_key().unwrap_or_default(),
+            key: crate::ambient::current_key(),
             message: format!("the result cannot be encoded as JSON: {e}"),
         }),
         Err(e) => Err(Error::ToolFailed {
             tool: spec.name.to_owned(),
-            key: String::new(),
+            key: None,
             message: e.to_string(),
         }),
     }

@@ -176,3 +176,36 @@ pub fn worker_id() -> &'static str {
         format!("{host}-{}-{:08x}", std::process::id(), nonce as u32)
     })
 }
+
+/// What a run records of each tool call made inside it, before the call claims its key:
+/// the hook through which runs see tool calls without the engine knowing about runs.
+pub(crate) trait CallJournal: Send + Sync {
+    /// Records (or checks, on resume) that the run's code calls `tool` with `key` next.
+    fn record<'a>(
+        &'a self,
+        tool: &'a str,
+        key: &'a str,
+    ) -> core::pin::Pin<Box<dyn Future<Output = Result<(), crate::Error>> + Send + 'a>>;
+}
+
+tokio::task_local! {
+    static CALL_JOURNAL: Option<Arc<dyn CallJournal>>;
+}
+
+/// Runs `future` with `journal` recording its tool calls (`None`: no journaling, as
+/// inside a run's step, whose result is journaled whole).
+pub(crate) async fn with_call_journal<F: Future>(
+    journal: Option<Arc<dyn CallJournal>>,
+    future: F,
+) -> F::Output {
+    CALL_JOURNAL.scope(journal, future).await
+}
+
+/// Called by the engine before a tool call claims its key: hands the call to the journal
+/// of the run it is made in, if any.
+pub(crate) async fn journal_call(tool: &str, key: &str) -> Result<(), crate::Error> {
+    let Some(journal) = CALL_JOURNAL.try_with(Clone::clone).ok().flatten() else {
+        return Ok(());
+    };
+    journal.record(tool, key).await
+}

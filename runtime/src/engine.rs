@@ -12,8 +12,10 @@ use sha2::{Digest, Sha256};
 use crate::ambient;
 use crate::error::Error;
 use crate::key::{self, KeyBuilder, KeyFieldError};
+use crate::lease::{self, Acquired, Lease, OnBusy, Policy};
+use crate::registry::Outcome;
 use crate::spec::{Concurrent, Mismatch, OnUnknown, ToolSpec};
-use crate::store::{ClaimOutcome, ClaimRequest, Completion, Store, StoreError};
+use crate::store::{ClaimRequest, Record, RecordState, Store, StoreError};
 
 /// One call, ready to run: its key and what identifies its arguments.
 #[doc(hidden)]
@@ -127,7 +129,7 @@ impl CallBuilder {
         // The canonical writer emits valid UTF-8 (it writes `str`s and ASCII only).
         let args = String::from_utf8(self.args).map_err(|e| Error::Codec {
             tool: spec.name.to_owned(),
-            key: String::new(),
+            key: None,
             message: format!("arguments are not valid UTF-8: {e}"),
         })?;
         let key = self.key.finish(scope.as_deref(), spec.name, spec.version);
@@ -223,8 +225,8 @@ impl Call {
     fn store_error(&self, e: StoreError) -> Error {
         Error::Store {
             tool: self.spec.name.to_owned(),
-            key: self.key.clone(),
-            message: e.to_string(),
+            key: Some(self.key.clone()),
+            source: e,
         }
     }
 
@@ -330,9 +332,9 @@ fn differing_paths(
 #[derive(Debug, Default)]
 pub(crate) struct CallReport {
     pub(crate) key: Option<String>,
-    pub(crate) replayed: bool,
-    /// `verify` found the effect of an abandoned earlier call: its result was stored.
-    pub(crate) reconciled: bool,
+    /// How the call ended, if it produced a result (executed, replayed or reconciled).
+    pub(crate) outcome: Option<Outcome>,
+    /// The engine's own refusal, more precise than the tool error it became.
     pub(crate) error: Option<Error>,
 }
 
@@ -521,146 +523,56 @@ where
         Err(e) => return Err(fail(e)),
     };
     report(&slot, |r| r.key = Some(call.key.clone()));
-    if let Err(e) = crate::run::journal_tool_call(call.spec.name, &call.key).await {
+    if let Err(e) = ambient::journal_call(call.spec.name, &call.key).await {
         return Err(fail(e));
     }
     let spec = call.spec;
     let store = ambient::current_store();
-    let mut outcome = store.claim(call.request()).await;
-    // A duplicate waits at most `max_wait` in all, from the first "in progress" answer
-    // (tokio's clock: it measures only this task's patience, never a lease).
-    let mut wait_until: Option<tokio::time::Instant> = None;
-    let mut reconcile = false;
-    let token = loop {
-        match outcome {
-            Err(e) => {
-                tracing::warn!(tool = spec.name, key = %call.key, decision = "rejected", reason = "store", error = %e, "tool-contracts: store failed; nothing ran");
-                return Err(fail(call.store_error(e)));
-            }
-            Ok(ClaimOutcome::Acquired { token }) => break token,
-            Ok(ClaimOutcome::Completed(record)) => {
-                if !call.accepts(&record.fingerprint) {
-                    return Err(fail(call.key_reused(Some(&record.args))));
-                }
-                let crate::store::RecordState::Completed {
-                    result, is_error, ..
-                } = &record.state
-                else {
-                    return Err(fail(call.store_error(StoreError::Corrupt(
-                        "a completed claim without a result".to_owned(),
-                    ))));
-                };
-                tracing::debug!(tool = spec.name, key = %call.key, decision = "replayed", "tool-contracts: replayed stored result");
-                report(&slot, |r| r.replayed = true);
-                return replay(&call, &ops, result, *is_error).map_err(|e| match e {
-                    Replayed::Contract(e) => fail(e),
-                    Replayed::Tool(e) => e,
-                });
-            }
-            Ok(ClaimOutcome::InProgress {
-                fingerprint,
-                lease_remaining,
-            }) => {
-                if !call.accepts(&fingerprint) {
-                    // Only the fingerprint came back: read the holder's arguments to name
-                    // what differs (this path is rare, and the lookup cannot change state).
-                    let theirs = store.lookup(&call.key).await.ok().flatten();
-                    return Err(fail(
-                        call.key_reused(theirs.as_ref().map(|r| r.args.as_str())),
-                    ));
-                }
-                if spec.concurrent == Concurrent::Reject {
-                    tracing::info!(tool = spec.name, key = %call.key, decision = "rejected", reason = "in_progress", "tool-contracts: duplicate while in progress");
-                    return Err(fail(Error::InProgress {
-                        tool: spec.name.to_owned(),
-                        key: call.key.clone(),
-                        lease_remaining_ms: u64::try_from(lease_remaining.as_millis())
-                            .unwrap_or(u64::MAX),
-                    }));
-                }
-                let now = tokio::time::Instant::now();
-                let patience = wait_until
-                    .get_or_insert(now + spec.max_wait)
-                    .saturating_duration_since(now);
-                if patience.is_zero() {
-                    tracing::info!(tool = spec.name, key = %call.key, decision = "rejected", reason = "max_wait", "tool-contracts: the running call outlasted max_wait");
-                    return Err(fail(Error::InProgress {
-                        tool: spec.name.to_owned(),
-                        key: call.key.clone(),
-                        lease_remaining_ms: u64::try_from(lease_remaining.as_millis())
-                            .unwrap_or(u64::MAX),
-                    }));
-                }
-                tracing::debug!(tool = spec.name, key = %call.key, decision = "waited", "tool-contracts: waiting for the running call");
-                // Past the lease the holder counts as dead: wake then to see it abandoned.
-                store
-                    .wait(
-                        &call.key,
-                        (lease_remaining + Duration::from_millis(5)).min(patience),
-                    )
-                    .await;
-                outcome = store.claim(call.request()).await;
-            }
-            Ok(ClaimOutcome::Abandoned { token, fingerprint }) => {
-                if !call.accepts(&fingerprint) {
-                    // Only the fingerprint came back: read the holder's arguments to name
-                    // what differs (this path is rare, and the lookup cannot change state).
-                    let theirs = store.lookup(&call.key).await.ok().flatten();
-                    return Err(fail(
-                        call.key_reused(theirs.as_ref().map(|r| r.args.as_str())),
-                    ));
-                }
-                if has_verify {
-                    tracing::info!(tool = spec.name, key = %call.key, decision = "reconciling", "tool-contracts: an earlier call was abandoned; taking it over to verify its effect");
-                    reconcile = true;
-                    outcome = store.takeover(call.request(), token).await;
-                    continue;
-                }
-                match spec.on_unknown {
-                    OnUnknown::Fail => {
-                        tracing::warn!(tool = spec.name, key = %call.key, decision = "rejected", reason = "outcome_unknown", "tool-contracts: an earlier call was abandoned mid-run");
-                        return Err(fail(Error::OutcomeUnknown {
-                            tool: spec.name.to_owned(),
-                            key: call.key.clone(),
-                        }));
-                    }
-                    OnUnknown::Rerun => {
-                        tracing::warn!(tool = spec.name, key = %call.key, decision = "taken_over", "tool-contracts: rerunning an abandoned call (on_unknown = \"rerun\")");
-                        outcome = store.takeover(call.request(), token).await;
-                    }
-                }
-            }
+    let lease = match acquire(&call, &store, has_verify).await {
+        Ok(lease) => lease,
+        Err(Settled::Replay(record)) => {
+            tracing::debug!(tool = spec.name, key = %call.key, decision = "replayed", "tool-contracts: replayed stored result");
+            report(&slot, |r| r.outcome = Some(Outcome::Replayed));
+            return replay(&call, &ops, &record).map_err(|e| match e {
+                Replayed::Contract(e) => fail(e),
+                Replayed::Tool(e) => e,
+            });
         }
+        Err(Settled::Refused(e)) => return Err(fail(e)),
     };
-
+    // Taken over with a `verify`: the attempt verifies before (maybe) running the body.
+    let reconcile = lease.taken_over() && has_verify;
     tracing::debug!(tool = spec.name, key = %call.key, decision = "executed", "tool-contracts: running tool body");
     let attempt = RECONCILING.scope(
         reconcile,
         ambient::with_current_key(Arc::from(call.key.as_str()), attempt),
     );
-    let result = match with_heartbeat(&store, &call, token, attempt).await {
-        Attempt::Ran(result) => result,
+    let result = match lease.heartbeat(attempt).await {
+        Attempt::Ran(result) => {
+            report(&slot, |r| r.outcome = Some(Outcome::Executed));
+            result
+        }
         Attempt::Verified(value) => {
             tracing::info!(tool = spec.name, key = %call.key, decision = "reconciled", "tool-contracts: verify found the effect of the abandoned call");
-            report(&slot, |r| r.reconciled = true);
+            report(&slot, |r| r.outcome = Some(Outcome::Reconciled));
             Ok(value)
         }
         Attempt::VerifyFailed(e) => {
             tracing::warn!(tool = spec.name, key = %call.key, decision = "rejected", reason = "verify_failed", "tool-contracts: verify failed; the outcome stays unknown");
-            abandon(&*store, &call, token).await;
+            abandoned(&call, lease.abandon().await);
             return Err(e);
         }
     };
     match &result {
         Ok(value) => match ops.output.encode(value) {
-            Ok(json) => finish_claim(&*store, &call, token, Some((&json, false))).await,
+            Ok(json) => recorded(&call, true, lease.complete(&json, false).await),
             Err(e) => {
                 // The effect happened but its result cannot be stored: keep the claim so it
                 // expires into an unknown outcome rather than letting a retry run again.
-                abandon(&*store, &call, token).await;
+                abandoned(&call, lease.abandon().await);
                 let e = Error::Codec {
                     tool: spec.name.to_owned(),
-                    key: call.key.clone(),
+                    key: Some(call.key.clone()),
                     message: format!("the result cannot be stored as JSON ({e}); the key is left as an unknown outcome"),
                 };
                 return Err(fail(e));
@@ -668,23 +580,100 @@ where
         },
         Err(e) if unknown_if.is_some_and(|unknown| unknown(e)) => {
             tracing::warn!(tool = spec.name, key = %call.key, decision = "abandoned", "tool-contracts: the tool's error leaves the outcome unknown; keeping the key for reconciliation");
-            abandon(&*store, &call, token).await;
+            abandoned(&call, lease.abandon().await);
         }
         Err(e) => match ops.stored_errors.map(|codec| codec.encode(e)) {
-            Some(Ok(json)) => finish_claim(&*store, &call, token, Some((&json, true))).await,
+            Some(Ok(json)) => recorded(&call, true, lease.complete(&json, true).await),
             Some(Err(err)) => {
                 tracing::error!(tool = spec.name, key = %call.key, error = %err, "tool-contracts: cannot store the tool's error; releasing the claim");
-                finish_claim(&*store, &call, token, None).await
+                recorded(&call, false, lease.release().await);
             }
-            None => finish_claim(&*store, &call, token, None).await,
+            None => recorded(&call, false, lease.release().await),
         },
     }
     result
 }
 
-async fn abandon(store: &dyn Store, call: &Call, token: u64) {
-    if let Err(e) = store.abandon(&call.key, token).await {
+/// Why a call does not run its body: a stored result to replay, or a refusal.
+enum Settled {
+    Replay(Arc<Record>),
+    Refused(Error),
+}
+
+/// The tool's policy, through the lease layer: a held lease, or how the call settles.
+async fn acquire(call: &Call, store: &Arc<dyn Store>, has_verify: bool) -> Result<Lease, Settled> {
+    let spec = call.spec;
+    let accepts = |theirs: &str| call.accepts(theirs);
+    let policy = Policy {
+        on_busy: match spec.concurrent {
+            Concurrent::Reject => OnBusy::Report,
+            Concurrent::Wait => OnBusy::Wait {
+                max: Some(spec.max_wait),
+            },
+        },
+        take_over: has_verify || spec.on_unknown == OnUnknown::Rerun,
+        accepts: &accepts,
+    };
+    let acquired = lease::acquire(store, call.request(), policy)
+        .await
+        .map_err(|e| {
+            tracing::warn!(tool = spec.name, key = %call.key, decision = "rejected", reason = "store", error = %e, "tool-contracts: store failed; nothing ran");
+            Settled::Refused(call.store_error(e))
+        })?;
+    let in_progress = |lease_remaining: Duration| Error::InProgress {
+        tool: spec.name.to_owned(),
+        key: call.key.clone(),
+        lease_remaining_ms: u64::try_from(lease_remaining.as_millis()).unwrap_or(u64::MAX),
+    };
+    match acquired {
+        Acquired::Held(lease) => {
+            if lease.taken_over() && has_verify {
+                tracing::info!(tool = spec.name, key = %call.key, decision = "reconciling", "tool-contracts: an earlier call was abandoned; taken over to verify its effect");
+            } else if lease.taken_over() {
+                tracing::warn!(tool = spec.name, key = %call.key, decision = "taken_over", "tool-contracts: rerunning an abandoned call (on_unknown = \"rerun\")");
+            }
+            Ok(lease)
+        }
+        Acquired::Completed(record) => Err(Settled::Replay(record)),
+        Acquired::Mismatch { record, .. } => {
+            // A live or abandoned holder came back with its fingerprint only: read its
+            // arguments to name what differs (rare, and the lookup cannot change state).
+            let theirs = match record {
+                Some(record) => Some(record.args.clone()),
+                None => store.lookup(&call.key).await.ok().flatten().map(|r| r.args),
+            };
+            Err(Settled::Refused(call.key_reused(theirs.as_deref())))
+        }
+        Acquired::Busy { lease_remaining } if spec.concurrent == Concurrent::Reject => {
+            tracing::info!(tool = spec.name, key = %call.key, decision = "rejected", reason = "in_progress", "tool-contracts: duplicate while in progress");
+            Err(Settled::Refused(in_progress(lease_remaining)))
+        }
+        Acquired::Busy { lease_remaining } => {
+            tracing::info!(tool = spec.name, key = %call.key, decision = "rejected", reason = "max_wait", "tool-contracts: the running call outlasted max_wait");
+            Err(Settled::Refused(in_progress(lease_remaining)))
+        }
+        Acquired::Abandoned => {
+            tracing::warn!(tool = spec.name, key = %call.key, decision = "rejected", reason = "outcome_unknown", "tool-contracts: an earlier call was abandoned mid-run");
+            Err(Settled::Refused(Error::OutcomeUnknown {
+                tool: spec.name.to_owned(),
+                key: call.key.clone(),
+            }))
+        }
+    }
+}
+
+/// Logs a failed abandon: the key becomes abandoned anyway when its lease runs out.
+fn abandoned(call: &Call, outcome: Result<(), StoreError>) {
+    if let Err(e) = outcome {
         tracing::error!(tool = call.spec.name, key = %call.key, error = %e, "tool-contracts: could not mark the key abandoned; it becomes so when its lease runs out");
+    }
+}
+
+/// Logs a failed complete (`stored`) or release. A failure here cannot undo the effect,
+/// so the caller still gets the body's result.
+fn recorded(call: &Call, stored: bool, outcome: Result<(), StoreError>) {
+    if let Err(e) = outcome {
+        tracing::error!(tool = call.spec.name, key = %call.key, error = %e, stored, "tool-contracts: could not record the call's outcome; a retry will see an unknown outcome");
     }
 }
 
@@ -693,176 +682,34 @@ enum Replayed<E> {
     Tool(E),
 }
 
-fn replay<T, E>(
-    call: &Call,
-    ops: &Ops<T, E>,
-    json: &str,
-    is_error: bool,
-) -> Result<T, Replayed<E>> {
-    let codec = |what: &str, e: serde_json::Error| {
+fn replay<T, E>(call: &Call, ops: &Ops<T, E>, record: &Record) -> Result<T, Replayed<E>> {
+    let codec = |message: String| {
         Replayed::Contract(Error::Codec {
             tool: call.spec.name.to_owned(),
-            key: call.key.clone(),
-            message: format!(
-                "the stored {what} no longer decodes ({e}); the tool's types changed since it was stored: bump the tool's `version` so old results are never replayed"
-            ),
+            key: Some(call.key.clone()),
+            message,
         })
+    };
+    let RecordState::Completed {
+        result, is_error, ..
+    } = &record.state
+    else {
+        return Err(Replayed::Contract(call.store_error(StoreError::Corrupt(
+            "a completed claim without a result".to_owned(),
+        ))));
+    };
+    let stale = |what: &str, e: serde_json::Error| {
+        codec(format!(
+            "the stored {what} no longer decodes ({e}); the tool's types changed since it was stored: bump the tool's `version` so old results are never replayed"
+        ))
     };
     if !is_error {
-        return ops.output.decode(json).map_err(|e| codec("result", e));
+        return ops.output.decode(result).map_err(|e| stale("result", e));
     }
-    match ops.stored_errors.map(|errors| errors.decode(json)) {
+    match ops.stored_errors.map(|errors| errors.decode(result)) {
         Some(Ok(e)) => Err(Replayed::Tool(e)),
-        Some(Err(e)) => Err(codec("error", e)),
-        None => Err(Replayed::Contract(Error::Codec {
-            tool: call.spec.name.to_owned(),
-            key: call.key.clone(),
-            message: "a stored error was found but the tool no longer sets `cache_errors = true`; bump the tool's `version`".to_owned(),
-        })),
-    }
-}
-
-/// Completes (`Some`) or releases (`None`) the claim. A failure here cannot undo the
-/// effect, so it is logged and the caller still gets the body's result.
-async fn finish_claim(store: &dyn Store, call: &Call, token: u64, result: Option<(&str, bool)>) {
-    let outcome = match result {
-        Some((json, is_error)) => {
-            store
-                .complete(
-                    &call.key,
-                    token,
-                    Completion {
-                        result: json,
-                        is_error,
-                        ttl: call.spec.ttl,
-                    },
-                )
-                .await
-        }
-        None => store.release(&call.key, token).await,
-    };
-    if let Err(e) = outcome {
-        tracing::error!(tool = call.spec.name, key = %call.key, error = %e, stored = result.is_some(), "tool-contracts: could not record the call's outcome; a retry will see an unknown outcome");
-    }
-}
-
-/// Runs `body` while renewing the lease every third of it, so a long body is not taken
-/// for dead.
-async fn with_heartbeat<F: Future>(
-    store: &Arc<dyn Store>,
-    call: &Call,
-    token: u64,
-    body: F,
-) -> F::Output {
-    heartbeat(
-        store,
-        call.spec.name,
-        &call.key,
-        call.spec.lease,
-        token,
-        body,
-    )
-    .await
-}
-
-/// Runs `body` while a task of its own renews the lease (`key`, `token`) every third of
-/// `lease`. The renewals run on the runtime's other threads, so a body that blocks its
-/// thread (a synchronous client, `std::thread::sleep`) keeps its lease on a multi-thread
-/// runtime; on a current-thread runtime nothing can run while the body blocks (see
-/// docs/guarantees.md). The heartbeat stops when the body ends or is dropped, and no
-/// renewal is in flight once this returns. Used by the engine, runs and recovery.
-pub(crate) async fn heartbeat<F: Future>(
-    store: &Arc<dyn Store>,
-    tool: &str,
-    key: &str,
-    lease: Duration,
-    token: u64,
-    body: F,
-) -> F::Output {
-    let period = (lease / 3).max(Duration::from_millis(1));
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        // Polled off a tokio runtime (another executor): renew beside the body in its own
-        // task, which needs tokio's timers only once the body has to wait.
-        return renewing_beside(&**store, tool, key, lease, token, period, body).await;
-    };
-    // Dropped with this future (the caller gave up on the body): the heartbeat then stops,
-    // and the lease runs out as it should for an abandoned call.
-    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
-    let (started_tx, started) = tokio::sync::oneshot::channel::<()>();
-    let renewals = {
-        let store = Arc::clone(store);
-        let (tool, key) = (tool.to_owned(), key.to_owned());
-        runtime.spawn(async move {
-            let _ = started_tx.send(());
-            loop {
-                tokio::select! {
-                    biased;
-                    _ = &mut stopped => return,
-                    () = tokio::time::sleep(period) => {}
-                }
-                if !renew_once(&*store, &tool, &key, lease, token).await {
-                    return;
-                }
-            }
-        })
-    };
-    // Wait until the heartbeat task has run once (its timer is armed): a task spawned but
-    // never polled sits in this thread's LIFO slot, which other workers do not steal, so a
-    // body that blocks at once would stop it from ever starting.
-    let _ = started.await;
-    let out = body.await;
-    let _ = stop.send(());
-    // A renewal in flight finishes before the caller completes or releases the key.
-    // A panic is in practice a runtime built without `enable_time`, where no lease can be
-    // timed; a cancellation is a runtime shutting down.
-    if let Some(e) = renewals
-        .await
-        .err()
-        .filter(tokio::task::JoinError::is_panic)
-    {
-        tracing::error!(tool, key, error = %e, "tool-contracts: the lease heartbeat failed (is the tokio runtime built with `enable_time`?); the lease was not renewed");
-    }
-    out
-}
-
-/// One renewal; `false` when the lease is lost (stop renewing).
-async fn renew_once(store: &dyn Store, tool: &str, key: &str, lease: Duration, token: u64) -> bool {
-    match store.renew(key, token, lease).await {
-        Ok(()) => true,
-        Err(StoreError::LeaseLost { .. }) => {
-            tracing::error!(tool, key, "tool-contracts: lease lost while the body runs (another worker took the key over); this worker's result will not be stored");
-            false
-        }
-        Err(e) => {
-            tracing::warn!(tool, key, error = %e, "tool-contracts: lease renewal failed; retrying at the next heartbeat");
-            true
-        }
-    }
-}
-
-/// The heartbeat polled beside the body, in the body's own task: only off a tokio runtime.
-async fn renewing_beside<F: Future>(
-    store: &dyn Store,
-    tool: &str,
-    key: &str,
-    lease: Duration,
-    token: u64,
-    period: Duration,
-    body: F,
-) -> F::Output {
-    let heartbeat = async {
-        loop {
-            tokio::time::sleep(period).await;
-            if !renew_once(store, tool, key, lease, token).await {
-                break;
-            }
-        }
-        core::future::pending::<core::convert::Infallible>().await
-    };
-    tokio::select! {
-        biased;
-        out = body => out,
-        never = heartbeat => match never {},
+        Some(Err(e)) => Err(stale("error", e)),
+        None => Err(codec("a stored error was found but the tool no longer sets `cache_errors = true`; bump the tool's `version`".to_owned())),
     }
 }
 

@@ -44,14 +44,15 @@ pub enum Error {
         key: String,
     },
     /// The store failed or could not be reached; nothing ran (fail closed).
-    #[error("tool `{tool}`: the idempotency store failed for key {key}: {message}; nothing was run, retry when the store is back")]
+    #[error("tool `{tool}`: the idempotency store failed{for_key}: {source}; nothing was run, retry when the store is back", for_key = key_suffix(.key))]
     Store {
         /// Tool name.
         tool: String,
-        /// Idempotency key (empty if not derived yet).
-        key: String,
-        /// What the store said.
-        message: String,
+        /// Idempotency key (`None` if none was derived yet).
+        key: Option<String>,
+        /// What the store said, with its cause.
+        #[source]
+        source: crate::store::StoreError,
     },
     /// The arguments cannot make a valid call; nothing was claimed or run.
     #[error("tool `{tool}`: invalid arguments{at}: {message}", at = field_suffix(.field))]
@@ -72,12 +73,12 @@ pub enum Error {
         suggestion: Option<String>,
     },
     /// A value could not be encoded or a stored value could not be decoded.
-    #[error("tool `{tool}`: {message} (idempotency key {key})")]
+    #[error("tool `{tool}`: {message}{in_key}", in_key = key_note(.key))]
     Codec {
         /// Tool name.
         tool: String,
-        /// Idempotency key.
-        key: String,
+        /// Idempotency key (`None` before one is derived, or for read-only tools).
+        key: Option<String>,
         /// What failed and the remedy.
         message: String,
     },
@@ -96,8 +97,8 @@ pub enum Error {
     ToolFailed {
         /// Tool name.
         tool: String,
-        /// Idempotency key (empty for read-only tools).
-        key: String,
+        /// Idempotency key (`None` for read-only tools).
+        key: Option<String>,
         /// The tool error's `Display`.
         message: String,
     },
@@ -144,14 +145,14 @@ pub enum Error {
     },
     /// A step was asked of a run this handle does not own (another worker runs it, or it
     /// is finished).
-    #[error("run `{run}` (key {key}) is {status} and not owned by this handle; wait for its result with `Run::wait` instead of running its steps")]
+    #[error("run `{run}` (key {key}) is {} and not owned by this handle; wait for its result with `Run::wait` instead of running its steps", match .state { crate::run::RunState::Finished => "finished", _ => "running elsewhere" })]
     RunNotOwned {
         /// Run name.
         run: String,
         /// Run key.
         key: String,
-        /// `running elsewhere` or `finished`.
-        status: String,
+        /// Where the run stands: running elsewhere (or abandoned), or finished.
+        state: crate::run::RunState,
     },
 }
 
@@ -168,6 +169,18 @@ fn field_suffix(field: &Option<String>) -> String {
         Some(f) => format!(" at `{f}`"),
         None => String::new(),
     }
+}
+
+fn key_suffix(key: &Option<String>) -> String {
+    key.as_ref()
+        .map(|k| format!(" for key {k}"))
+        .unwrap_or_default()
+}
+
+fn key_note(key: &Option<String>) -> String {
+    key.as_ref()
+        .map(|k| format!(" (idempotency key {k})"))
+        .unwrap_or_default()
 }
 
 fn key_field_remedy(path: &str, resolved: &str) -> String {
@@ -209,11 +222,11 @@ impl Error {
             Error::InProgress { key, .. }
             | Error::KeyReused { key, .. }
             | Error::OutcomeUnknown { key, .. }
-            | Error::Store { key, .. }
-            | Error::Codec { key, .. }
-            | Error::ToolFailed { key, .. }
             | Error::NonDeterministic { key, .. }
-            | Error::RunNotOwned { key, .. } => (!key.is_empty()).then_some(key.as_str()),
+            | Error::RunNotOwned { key, .. } => Some(key),
+            Error::Store { key, .. } | Error::Codec { key, .. } | Error::ToolFailed { key, .. } => {
+                key.as_deref()
+            }
             _ => None,
         }
     }

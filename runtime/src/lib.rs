@@ -13,6 +13,7 @@ mod error;
 mod export;
 pub mod key;
 mod key_paths;
+mod lease;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 mod members;
@@ -33,8 +34,13 @@ pub use ambient::{
 };
 pub use error::Error;
 pub use recovery::{recover, recover_once, RecoveryReport};
-pub use registry::{registry, try_registry, Registry, ToolDescriptor, ToolOutput, META_PREFIX};
-pub use run::{JournalEntry, Run, RunInfo, RunOptions, RunStatus, StepOptions, RUN_KEY_CONTRACT};
+pub use registry::{
+    registry, try_registry, Outcome, Registry, ToolDescriptor, ToolOutput, META_PREFIX,
+};
+pub use run::{
+    EntryKind, EntryStatus, JournalEntry, Run, RunInfo, RunOptions, RunState, RunStatus,
+    StepOptions, RUN_KEY_CONTRACT,
+};
 pub use spec::{Concurrent, Mismatch, OnUnknown, SourceLocation, ToolKind};
 pub use store::{MemoryStore, Store};
 

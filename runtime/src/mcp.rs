@@ -299,17 +299,10 @@ impl McpServer {
         let ToolOutput {
             value,
             key,
-            replayed,
-            reconciled,
+            outcome,
             ..
         } = output;
-        let outcome = if replayed {
-            "replayed"
-        } else if reconciled {
-            "reconciled"
-        } else {
-            "executed"
-        };
+        let (outcome, key) = (outcome.as_str(), key.as_deref());
         let structured = match shape {
             OutputShape::Object => Some(value),
             OutputShape::Wrapped => Some(json!({ WRAPPED_RESULT_FIELD: value })),
@@ -317,7 +310,7 @@ impl McpServer {
             OutputShape::Unknown => {
                 let text = value.to_string();
                 let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
-                result.meta = Some(call_meta(outcome, &key, client_key, None));
+                result.meta = Some(call_meta(outcome, key, client_key, None));
                 return result;
             }
         };
@@ -326,7 +319,7 @@ impl McpServer {
             .map_or_else(String::new, Value::to_string);
         let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
         result.structured_content = structured;
-        result.meta = Some(call_meta(outcome, &key, client_key, None));
+        result.meta = Some(call_meta(outcome, key, client_key, None));
         result
     }
 
@@ -335,10 +328,9 @@ impl McpServer {
             Error::ToolFailed { .. } => "failed",
             _ => "rejected",
         };
-        let key = error.key().unwrap_or_default().to_owned();
-        tracing::debug!(tool = name, code = error.code(), key = %key, "tool-contracts: MCP call answered with an error result");
+        tracing::debug!(tool = name, code = error.code(), key = ?error.key(), "tool-contracts: MCP call answered with an error result");
         let mut result = CallToolResult::error(vec![ContentBlock::text(error.to_string())]);
-        result.meta = Some(call_meta(outcome, &key, client_key, Some(&error)));
+        result.meta = Some(call_meta(outcome, error.key(), client_key, Some(&error)));
         result
     }
 
@@ -632,21 +624,14 @@ fn validate_client_key(tool: &str, key: &Value) -> Result<String, Error> {
 
 fn call_meta(
     outcome: &str,
-    key: &str,
+    key: Option<&str>,
     client_key: Option<&str>,
     error: Option<&Error>,
 ) -> MetaObject {
     let mut call = Map::new();
     call.insert("outcome".into(), outcome.into());
     call.insert("replayed".into(), (outcome == "replayed").into());
-    call.insert(
-        "key".into(),
-        if key.is_empty() {
-            Value::Null
-        } else {
-            key.into()
-        },
-    );
+    call.insert("key".into(), key.map_or(Value::Null, Value::from));
     if let Some(k) = client_key {
         call.insert("clientKey".into(), k.into());
     }

@@ -7,10 +7,10 @@ use core::time::Duration;
 use std::sync::Arc;
 
 use crate::ambient;
-use crate::engine;
 use crate::error::Error;
+use crate::lease::{self, Acquired, OnBusy, Policy};
 use crate::registry::Registry;
-use crate::store::{ClaimOutcome, ClaimRequest, Completion, Record, Store};
+use crate::store::{ClaimRequest, Record, Store};
 
 /// What one recovery pass did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -35,8 +35,8 @@ pub async fn recover_once(registry: &Registry) -> Result<RecoveryReport, Error> 
     let store = ambient::current_store();
     let pending = store.pending(BATCH).await.map_err(|e| Error::Store {
         tool: "(recovery)".to_owned(),
-        key: String::new(),
-        message: e.to_string(),
+        key: None,
+        source: e,
     })?;
     let mut report = RecoveryReport::default();
     for record in pending {
@@ -97,64 +97,55 @@ async fn reconcile(
         ttl: tool.ttl(),
         worker: ambient::worker_id(),
     };
-    // The store decides, by its own clock, whether the claim is abandoned.
-    let stale = match store.claim(req).await {
-        Ok(ClaimOutcome::Abandoned { token, .. }) => token,
-        Ok(ClaimOutcome::InProgress { .. }) => {
+    // The store decides, by its own clock, whether the claim is abandoned; only a tool
+    // with a `verify` can settle one.
+    let verify = tool.reconcile_fn();
+    let policy = Policy {
+        on_busy: OnBusy::Report,
+        take_over: verify.is_some(),
+        accepts: &lease::any_fingerprint,
+    };
+    let lease = match lease::acquire(store, req, policy).await {
+        Ok(Acquired::Held(lease)) if lease.taken_over() => lease,
+        Ok(Acquired::Held(lease)) => {
+            // Released or purged meanwhile: we claimed a free key we have no call for.
+            let _ = lease.release().await;
+            return;
+        }
+        Ok(Acquired::Busy { .. }) => {
             report.live += 1;
             return;
         }
-        Ok(ClaimOutcome::Acquired { token }) => {
-            // Released or purged meanwhile: we claimed a free key we have no call for.
-            let _ = store.release(&record.key, token).await;
+        // Settled meanwhile (by its caller or another recovery worker).
+        Ok(Acquired::Completed(_)) => return,
+        Ok(Acquired::Abandoned | Acquired::Mismatch { .. }) => {
+            report.unresolved.push(key);
             return;
         }
-        Ok(ClaimOutcome::Completed(_)) => return,
         Err(e) => {
-            tracing::warn!(key = %record.key, error = %e, "tool-contracts: recovery could not read the key");
+            tracing::warn!(key = %record.key, error = %e, "tool-contracts: recovery could not read or take over the key");
             report.unresolved.push(key);
             return;
         }
     };
-    let Some(verify) = tool.reconcile_fn() else {
+    let Some(verify) = verify else {
+        // Unreachable by the policy (no `verify`, no takeover); leave the key as it was.
+        let _ = lease.abandon().await;
         report.unresolved.push(key);
         return;
     };
-    let token = match store.takeover(req, stale).await {
-        Ok(ClaimOutcome::Acquired { token }) => token,
-        // Another worker got there first: it holds or settled the key.
-        Ok(_) => return,
-        Err(e) => {
-            tracing::warn!(key = %record.key, error = %e, "tool-contracts: recovery could not take the abandoned key over");
-            report.unresolved.push(key);
-            return;
-        }
-    };
-    let verdict = engine::heartbeat(
-        store,
-        tool.name(),
-        &record.key,
-        tool.lease(),
-        token,
-        verify(registry.context(), &record.args),
-    )
-    .await;
-    match verdict {
-        Ok(Some(result)) => {
-            let completion = Completion {
-                result: &result,
-                is_error: false,
-                ttl: tool.ttl(),
-            };
-            match store.complete(&record.key, token, completion).await {
-                Ok(()) => {
-                    tracing::info!(tool = tool.name(), key = %record.key, decision = "reconciled", "tool-contracts: verify found the effect; key completed");
-                    report.completed.push(key);
-                }
-                Err(_) => report.unresolved.push(key),
+    match lease
+        .heartbeat(verify(registry.context(), &record.args))
+        .await
+    {
+        Ok(Some(result)) => match lease.complete(&result, false).await {
+            Ok(()) => {
+                tracing::info!(tool = tool.name(), key = %record.key, decision = "reconciled", "tool-contracts: verify found the effect; key completed");
+                report.completed.push(key);
             }
-        }
-        Ok(None) => match store.release(&record.key, token).await {
+            Err(_) => report.unresolved.push(key),
+        },
+        Ok(None) => match lease.release().await {
             Ok(()) => {
                 tracing::info!(tool = tool.name(), key = %record.key, decision = "reconciled", "tool-contracts: verify found no effect; key released");
                 report.released.push(key);
@@ -163,7 +154,7 @@ async fn reconcile(
         },
         Err(e) => {
             tracing::warn!(tool = tool.name(), key = %record.key, error = %e, "tool-contracts: verify failed; the outcome stays unknown");
-            let _ = store.abandon(&record.key, token).await;
+            let _ = lease.abandon().await;
             report.unresolved.push(key);
         }
     }

@@ -247,20 +247,48 @@ impl Context {
     }
 }
 
+/// How a call that returned a result came by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// The tool's body ran for this call (read-only tools always run).
+    Executed,
+    /// The result was stored by an earlier call with the same key and replayed: nothing ran.
+    Replayed,
+    /// An earlier call of this intent had been abandoned (its worker died mid-call) and the
+    /// tool's `verify` found its effect: the result is that call's, now stored; the body did
+    /// not run.
+    Reconciled,
+}
+
+impl Outcome {
+    /// The stable lowercase name used in MCP `_meta` and logs: `executed`, `replayed`,
+    /// `reconciled`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Executed => "executed",
+            Outcome::Replayed => "replayed",
+            Outcome::Reconciled => "reconciled",
+        }
+    }
+}
+
+impl core::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// The result of [`Registry::call`].
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ToolOutput {
     /// The tool's result as JSON.
     pub value: Value,
-    /// The call's idempotency key (empty for read-only tools).
-    pub key: String,
-    /// Whether the result was replayed from the store rather than produced by running the tool.
-    pub replayed: bool,
-    /// Whether an earlier call of this intent had been abandoned (its worker died mid-call)
-    /// and the tool's `verify` found its effect: the result is that call's, now stored, and
-    /// the body did not run.
-    pub reconciled: bool,
+    /// The call's idempotency key (`None` for read-only tools, which have none).
+    pub key: Option<String>,
+    /// Whether the tool ran, or the result was replayed or reconciled.
+    pub outcome: Outcome,
 }
 
 /// Every tool an agent may call, by name, with the context values tools need.
@@ -386,22 +414,20 @@ impl Registry {
             let value = (tool.invoke)(&self.context, args).await?;
             return Ok(ToolOutput {
                 value,
-                key: String::new(),
-                replayed: false,
-                reconciled: false,
+                key: None,
+                outcome: Outcome::Executed,
             });
         }
         let slot = Arc::new(Mutex::new(CallReport::default()));
         let result =
             engine::with_report(Arc::clone(&slot), (tool.invoke)(&self.context, args)).await;
         let report = core::mem::take(&mut *slot.lock().unwrap_or_else(|p| p.into_inner()));
-        let key = report.key.unwrap_or_default();
+        let key = report.key;
         match (result, report.error) {
             (Ok(value), _) => Ok(ToolOutput {
                 value,
                 key,
-                replayed: report.replayed,
-                reconciled: report.reconciled,
+                outcome: report.outcome.unwrap_or(Outcome::Executed),
             }),
             // The engine's own verdict is more precise than the tool error it became.
             (Err(_), Some(engine_error)) => Err(engine_error),

@@ -23,12 +23,12 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::ambient;
-use crate::engine;
+use crate::ambient::{self, CallJournal};
 use crate::error::Error;
 use crate::key::KeyBuilder;
+use crate::lease::{self, Acquired, KeepAlive, Lease, OnBusy, Policy};
 use crate::spec::OnUnknown;
-use crate::store::{ClaimOutcome, ClaimRequest, Completion, RecordState, Store, StoreError};
+use crate::store::{ClaimRequest, Record, RecordState, Store, StoreError};
 
 /// Contract string of run keys.
 pub const RUN_KEY_CONTRACT: &str = "tool-contracts/run/v1";
@@ -118,30 +118,118 @@ impl StepOptions {
     }
 }
 
+/// What a journal position holds: a step of the run, or a tool call made inside it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum EntryKind {
+    /// A [`Run::step`].
+    Step,
+    /// A `#[mutating_tool]` call made inside [`Run::enter`], outside any step.
+    Tool,
+}
+
+impl core::fmt::Display for EntryKind {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl EntryKind {
+    /// `step` or `tool`: the name stored in the journal and printed by the CLI.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EntryKind::Step => "step",
+            EntryKind::Tool => "tool",
+        }
+    }
+}
+
+/// Where a journal entry's step or tool call stands in the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum EntryStatus {
+    /// Finished: its result is recorded.
+    Completed,
+    /// Running under a live lease.
+    InProgress,
+    /// Its worker stopped mid-call: the outcome is unknown.
+    Abandoned,
+    /// No record: released (it failed and will run again) or purged.
+    Missing,
+}
+
+impl core::fmt::Display for EntryStatus {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl EntryStatus {
+    /// `completed`, `in_progress`, `abandoned` or `missing`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EntryStatus::Completed => "completed",
+            EntryStatus::InProgress => "in_progress",
+            EntryStatus::Abandoned => "abandoned",
+            EntryStatus::Missing => "missing",
+        }
+    }
+}
+
+/// Where a run stands in the store, as an operator sees it ([`RunInfo::state`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RunState {
+    /// A live worker owns it.
+    Running,
+    /// Its worker stopped: the next [`Run::start`] of the intent resumes it.
+    Abandoned,
+    /// It finished with a result.
+    Finished,
+}
+
+impl core::fmt::Display for RunState {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl RunState {
+    /// `running`, `abandoned` or `finished`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunState::Running => "running",
+            RunState::Abandoned => "abandoned",
+            RunState::Finished => "finished",
+        }
+    }
+}
+
 /// One entry of a run's journal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JournalEntry {
     /// Position in the run (0-based).
     pub position: u32,
-    /// `step` or `tool`.
-    pub kind: String,
+    /// A step or a tool call.
+    pub kind: EntryKind,
     /// Step or tool name.
     pub name: String,
     /// The step's or tool call's key.
     pub key: String,
-    /// `completed`, `in_progress`, `abandoned` or `missing` (released, purged).
-    pub status: &'static str,
+    /// Where it stands.
+    pub status: EntryStatus,
     /// When the entry was recorded.
     pub at: SystemTime,
 }
 
-/// A run, as seen by operators ([`Run::status`]).
+/// A run, as seen by operators ([`Run::status_of`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunInfo {
     /// The run key.
     pub key: String,
-    /// `running`, `abandoned` or `finished`.
-    pub status: &'static str,
+    /// Running, abandoned or finished.
+    pub state: RunState,
     /// The result, if finished.
     pub result: Option<Value>,
     /// When it was first started.
@@ -150,7 +238,7 @@ pub struct RunInfo {
 
 #[derive(Serialize, Deserialize)]
 struct PositionEntry {
-    kind: String,
+    kind: EntryKind,
     name: String,
     key: String,
 }
@@ -161,7 +249,8 @@ struct Shared {
     scope: Option<Arc<str>>,
     store: Arc<dyn Store>,
     options: RunOptions,
-    token: Option<u64>,
+    /// Whether this handle owns the run (holds its lease).
+    owner: bool,
     cursor: Mutex<Cursor>,
 }
 
@@ -175,7 +264,9 @@ struct Cursor {
 pub struct Run {
     shared: Arc<Shared>,
     status: RunStatus,
-    heartbeat: Option<tokio::task::JoinHandle<()>>,
+    /// The run's claim, if this handle owns it, renewed by `_keep_alive` until dropped.
+    lease: Option<Lease>,
+    _keep_alive: Option<KeepAlive>,
 }
 
 impl core::fmt::Debug for Run {
@@ -186,25 +277,6 @@ impl core::fmt::Debug for Run {
             .field("status", &self.status)
             .finish()
     }
-}
-
-impl Drop for Run {
-    fn drop(&mut self) {
-        if let Some(h) = self.heartbeat.take() {
-            h.abort();
-        }
-    }
-}
-
-tokio::task_local! {
-    /// The run whose code is executing: tool calls inside it are journaled and scoped.
-    static CURRENT: RunContext;
-}
-
-#[derive(Clone)]
-struct RunContext {
-    shared: Arc<Shared>,
-    in_step: bool,
 }
 
 fn run_key(name: &str, intent: &Value, scope: Option<&str>, version: u32) -> Result<String, Error> {
@@ -239,8 +311,43 @@ fn run_key(name: &str, intent: &Value, scope: Option<&str>, version: u32) -> Res
 fn store_error(what: &str, key: &str, e: StoreError) -> Error {
     Error::Store {
         tool: what.to_owned(),
-        key: key.to_owned(),
-        message: e.to_string(),
+        key: Some(key.to_owned()),
+        source: e,
+    }
+}
+
+/// An answer the caller's lease policy rules out (a store breaking its contract).
+fn unexpected(what: &str, key: &str) -> Error {
+    store_error(
+        what,
+        key,
+        StoreError::Corrupt(
+            "the store answered a claim with a state the policy rules out".to_owned(),
+        ),
+    )
+}
+
+fn decode_result(what: &str, key: &str, record: &Record) -> Result<Value, Error> {
+    match &record.state {
+        RecordState::Completed { result, .. } => {
+            serde_json::from_str(result).map_err(|e| Error::Codec {
+                tool: what.to_owned(),
+                key: Some(key.to_owned()),
+                message: format!("the run's stored result does not decode: {e}"),
+            })
+        }
+        RecordState::InProgress { .. } => Ok(Value::Null),
+    }
+}
+
+/// Where a record stands by the wall clock: completed, held, or abandoned.
+fn record_state(record: &Record) -> EntryStatus {
+    match record.state {
+        RecordState::Completed { .. } => EntryStatus::Completed,
+        RecordState::InProgress {
+            lease_expires_at, ..
+        } if lease_expires_at <= SystemTime::now() => EntryStatus::Abandoned,
+        RecordState::InProgress { .. } => EntryStatus::InProgress,
     }
 }
 
@@ -277,65 +384,44 @@ impl Run {
             ttl: options.ttl,
             worker: ambient::worker_id(),
         };
-        let fail = |e| store_error(name, &key, e);
-        let mut outcome = store.claim(req).await.map_err(fail)?;
-        let mut resumed = false;
-        let (status, token) = loop {
-            match outcome {
-                ClaimOutcome::Acquired { token } if resumed => {
-                    break (RunStatus::Resumed, Some(token))
-                }
-                ClaimOutcome::Acquired { token } => break (RunStatus::Started, Some(token)),
-                ClaimOutcome::InProgress { .. } => break (RunStatus::Running, None),
-                ClaimOutcome::Completed(rec) => {
-                    let result = match &rec.state {
-                        RecordState::Completed { result, .. } => serde_json::from_str(result)
-                            .map_err(|e| Error::Codec {
-                                tool: name.to_owned(),
-                                key: key.clone(),
-                                message: format!("the run's stored result does not decode: {e}"),
-                            })?,
-                        RecordState::InProgress { .. } => Value::Null,
-                    };
-                    break (RunStatus::Finished(result), None);
-                }
-                ClaimOutcome::Abandoned { token, .. } => {
-                    tracing::info!(run = name, key = %key, "tool-contracts: resuming an abandoned run");
-                    resumed = true;
-                    outcome = store.takeover(req, token).await.map_err(fail)?;
-                }
-            }
+        // A live owner is reported (the handle waits only if asked); a dead one's run is
+        // taken over and resumed.
+        let policy = Policy {
+            on_busy: OnBusy::Report,
+            take_over: true,
+            accepts: &lease::any_fingerprint,
         };
+        let acquired = lease::acquire(&store, req, policy)
+            .await
+            .map_err(|e| store_error(name, &key, e))?;
+        let (status, lease) = match acquired {
+            Acquired::Held(lease) if lease.taken_over() => {
+                tracing::info!(run = name, key = %key, "tool-contracts: resuming an abandoned run");
+                (RunStatus::Resumed, Some(lease))
+            }
+            Acquired::Held(lease) => (RunStatus::Started, Some(lease)),
+            Acquired::Busy { .. } => (RunStatus::Running, None),
+            Acquired::Completed(record) => (
+                RunStatus::Finished(decode_result(name, &key, &record)?),
+                None,
+            ),
+            Acquired::Abandoned | Acquired::Mismatch { .. } => return Err(unexpected(name, &key)),
+        };
+        let keep_alive = lease.as_ref().and_then(Lease::keep_alive);
         let shared = Arc::new(Shared {
             name: name.to_owned(),
             key: Arc::from(key.as_str()),
             scope,
             store,
             options,
-            token,
+            owner: lease.is_some(),
             cursor: Mutex::new(Cursor::default()),
-        });
-        let heartbeat = token.map(|token| {
-            let shared = Arc::clone(&shared);
-            tokio::spawn(async move {
-                let period = (shared.options.lease / 3).max(Duration::from_millis(1));
-                loop {
-                    tokio::time::sleep(period).await;
-                    match shared.store.renew(&shared.key, token, shared.options.lease).await {
-                        Ok(()) => {}
-                        Err(StoreError::LeaseLost { .. }) => {
-                            tracing::error!(run = %shared.name, key = %shared.key, "tool-contracts: the run was taken over by another worker");
-                            return;
-                        }
-                        Err(e) => tracing::warn!(run = %shared.name, key = %shared.key, error = %e, "tool-contracts: run lease renewal failed; retrying"),
-                    }
-                }
-            })
         });
         Ok(Run {
             shared,
             status,
-            heartbeat,
+            lease,
+            _keep_alive: keep_alive,
         })
     }
 
@@ -351,16 +437,16 @@ impl Run {
 
     /// Whether this handle owns the run (it may run steps and finish it).
     pub fn is_owner(&self) -> bool {
-        self.shared.token.is_some()
+        self.shared.owner
     }
 
     fn not_owned(&self) -> Error {
         Error::RunNotOwned {
             run: self.shared.name.clone(),
             key: self.shared.key.to_string(),
-            status: match self.status {
-                RunStatus::Finished(_) => "finished".to_owned(),
-                _ => "running elsewhere".to_owned(),
+            state: match self.status {
+                RunStatus::Finished(_) => RunState::Finished,
+                _ => RunState::Running,
             },
         }
     }
@@ -390,9 +476,9 @@ impl Run {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        let Some(_) = self.shared.token else {
+        if !self.shared.owner {
             return Err(E::from(self.not_owned()));
-        };
+        }
         let ordinal = {
             let mut cursor = self.shared.cursor.lock().unwrap_or_else(|p| p.into_inner());
             let ordinal = cursor.ordinals.entry(name.to_owned()).or_insert(0);
@@ -402,11 +488,10 @@ impl Run {
         };
         let step_key = self.shared.step_key(name, ordinal).map_err(E::from)?;
         self.shared
-            .journal("step", name, &step_key)
+            .journal(EntryKind::Step, name, &step_key)
             .await
             .map_err(E::from)?;
         let label = format!("{}/{name}", self.shared.name);
-        let store = &self.shared.store;
         let req = ClaimRequest {
             key: &step_key,
             tool: &label,
@@ -417,83 +502,57 @@ impl Run {
             ttl: self.shared.options.ttl,
             worker: ambient::worker_id(),
         };
-        let fail = |e| E::from(store_error(&label, &step_key, e));
-        let mut outcome = store.claim(req).await.map_err(fail)?;
-        let token = loop {
-            match outcome {
-                ClaimOutcome::Acquired { token } => break token,
-                ClaimOutcome::Completed(rec) => {
-                    let RecordState::Completed { result, .. } = &rec.state else {
-                        return Err(fail(StoreError::Corrupt(
-                            "completed step without result".into(),
-                        )));
-                    };
-                    tracing::debug!(run = %self.shared.name, step = name, key = %step_key, decision = "replayed", "tool-contracts: step replayed from the journal");
-                    return serde_json::from_str(result).map_err(|e| {
-                        E::from(Error::Codec {
-                            tool: label.clone(),
-                            key: step_key.clone(),
-                            message: format!("the step's recorded result no longer decodes ({e}); bump the run's version"),
-                        })
-                    });
-                }
-                ClaimOutcome::InProgress {
-                    lease_remaining, ..
-                } => {
-                    store
-                        .wait(&step_key, lease_remaining + Duration::from_millis(5))
-                        .await;
-                    outcome = store.claim(req).await.map_err(fail)?;
-                }
-                ClaimOutcome::Abandoned { token, .. } => match options.on_unknown {
-                    OnUnknown::Fail => {
-                        return Err(E::from(Error::OutcomeUnknown {
-                            tool: label.clone(),
-                            key: step_key.clone(),
-                        }))
-                    }
-                    OnUnknown::Rerun => {
-                        outcome = store.takeover(req, token).await.map_err(fail)?;
-                    }
-                },
+        let policy = Policy {
+            on_busy: OnBusy::Wait { max: None },
+            take_over: options.on_unknown == OnUnknown::Rerun,
+            accepts: &lease::any_fingerprint,
+        };
+        let acquired = lease::acquire(&self.shared.store, req, policy)
+            .await
+            .map_err(|e| E::from(store_error(&label, &step_key, e)))?;
+        let lease = match acquired {
+            Acquired::Held(lease) => lease,
+            Acquired::Completed(record) => {
+                let RecordState::Completed { result, .. } = &record.state else {
+                    return Err(E::from(unexpected(&label, &step_key)));
+                };
+                tracing::debug!(run = %self.shared.name, step = name, key = %step_key, decision = "replayed", "tool-contracts: step replayed from the journal");
+                return serde_json::from_str(result).map_err(|e| {
+                    E::from(Error::Codec {
+                        tool: label.clone(),
+                        key: Some(step_key.clone()),
+                        message: format!("the step's recorded result no longer decodes ({e}); bump the run's version"),
+                    })
+                });
+            }
+            Acquired::Abandoned => {
+                return Err(E::from(Error::OutcomeUnknown {
+                    tool: label,
+                    key: step_key,
+                }))
+            }
+            Acquired::Busy { .. } | Acquired::Mismatch { .. } => {
+                return Err(E::from(unexpected(&label, &step_key)))
             }
         };
-        let context = RunContext {
-            shared: Arc::clone(&self.shared),
-            in_step: true,
-        };
-        let body = CURRENT.scope(context, self.shared.scoped(f()));
-        let result = engine::heartbeat(
-            store,
-            &label,
-            &step_key,
-            self.shared.options.lease,
-            token,
-            body,
-        )
-        .await;
-        let outcome = match &result {
+        // Tool calls inside a step are not journaled one by one: the step's result is.
+        let body = ambient::with_call_journal(None, self.shared.scoped(f()));
+        let result = lease.heartbeat(body).await;
+        let recorded = match &result {
             Ok(value) => match serde_json::to_string(value) {
-                Ok(json) => {
-                    let completion = Completion {
-                        result: &json,
-                        is_error: false,
-                        ttl: self.shared.options.ttl,
-                    };
-                    store.complete(&step_key, token, completion).await
-                }
+                Ok(json) => lease.complete(&json, false).await,
                 Err(e) => {
-                    let _ = store.abandon(&step_key, token).await;
+                    let _ = lease.abandon().await;
                     return Err(E::from(Error::Codec {
                         tool: label,
-                        key: step_key,
+                        key: Some(step_key),
                         message: format!("the step's result cannot be stored as JSON: {e}"),
                     }));
                 }
             },
-            Err(_) => store.release(&step_key, token).await,
+            Err(_) => lease.release().await,
         };
-        if let Err(e) = outcome {
+        if let Err(e) = recorded {
             tracing::error!(run = %self.shared.name, step = name, key = %step_key, error = %e, "tool-contracts: could not record the step's outcome");
         }
         result
@@ -502,35 +561,24 @@ impl Run {
     /// Runs `future` inside the run: `#[mutating_tool]` calls in it are scoped by the run
     /// and recorded in its journal.
     pub async fn enter<F: Future>(&self, future: F) -> F::Output {
-        let context = RunContext {
-            shared: Arc::clone(&self.shared),
-            in_step: false,
-        };
-        CURRENT.scope(context, self.shared.scoped(future)).await
+        let journal: Arc<dyn CallJournal> = self.shared.clone();
+        ambient::with_call_journal(Some(journal), self.shared.scoped(future)).await
     }
 
     /// Stores the run's result; later starts of the same intent get it back as
     /// [`RunStatus::Finished`].
     pub async fn finish<T: Serialize>(mut self, result: &T) -> Result<(), Error> {
-        let Some(token) = self.shared.token else {
+        let Some(lease) = self.lease.take() else {
             return Err(self.not_owned());
         };
-        if let Some(h) = self.heartbeat.take() {
-            h.abort();
-        }
+        self._keep_alive = None;
         let json = serde_json::to_string(result).map_err(|e| Error::Codec {
             tool: self.shared.name.clone(),
-            key: self.shared.key.to_string(),
+            key: Some(self.shared.key.to_string()),
             message: format!("the run's result cannot be stored as JSON: {e}"),
         })?;
-        let completion = Completion {
-            result: &json,
-            is_error: false,
-            ttl: self.shared.options.ttl,
-        };
-        self.shared
-            .store
-            .complete(&self.shared.key, token, completion)
+        lease
+            .complete(&json, false)
             .await
             .map_err(|e| store_error(&self.shared.name, &self.shared.key, e))
     }
@@ -547,12 +595,8 @@ impl Run {
         loop {
             match store.lookup(key).await {
                 Ok(Some(rec)) => match rec.state {
-                    RecordState::Completed { result, .. } => {
-                        return serde_json::from_str(&result).map_err(|e| Error::Codec {
-                            tool: self.shared.name.clone(),
-                            key: key.to_owned(),
-                            message: format!("the run's stored result does not decode: {e}"),
-                        })
+                    RecordState::Completed { .. } => {
+                        return decode_result(&self.shared.name, key, &rec)
                     }
                     RecordState::InProgress {
                         lease_expires_at, ..
@@ -560,7 +604,7 @@ impl Run {
                         let remaining = lease_expires_at
                             .duration_since(SystemTime::now())
                             .unwrap_or(Duration::ZERO);
-                        if remaining.is_zero() && self.shared.token.is_none() {
+                        if remaining.is_zero() && !self.shared.owner {
                             return Err(Error::OutcomeUnknown {
                                 tool: self.shared.name.clone(),
                                 key: key.to_owned(),
@@ -610,18 +654,14 @@ impl Run {
         else {
             return Ok(None);
         };
-        let (status, result) = match rec.state {
-            RecordState::Completed { result, .. } => {
-                ("finished", serde_json::from_str(&result).ok())
-            }
-            RecordState::InProgress {
-                lease_expires_at, ..
-            } if lease_expires_at <= SystemTime::now() => ("abandoned", None),
-            RecordState::InProgress { .. } => ("running", None),
+        let (state, result) = match record_state(&rec) {
+            EntryStatus::Completed => (RunState::Finished, decode_result(name, &key, &rec).ok()),
+            EntryStatus::Abandoned => (RunState::Abandoned, None),
+            _ => (RunState::Running, None),
         };
         Ok(Some(RunInfo {
             key,
-            status,
+            state,
             result,
             created_at: rec.created_at,
         }))
@@ -665,7 +705,7 @@ impl Shared {
 
     /// Records what the code asks for at the next position, or checks it against what
     /// an earlier attempt of this run recorded there.
-    async fn journal(&self, kind: &str, name: &str, key: &str) -> Result<(), Error> {
+    async fn journal(&self, kind: EntryKind, name: &str, key: &str) -> Result<(), Error> {
         let position = {
             let mut cursor = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
             let p = cursor.position;
@@ -673,15 +713,15 @@ impl Shared {
             p
         };
         let pos_key = self.position_key(position)?;
-        let requested = format!("{kind}:{name}");
+        let requested = format!("{}:{name}", kind.as_str());
         let entry = PositionEntry {
-            kind: kind.to_owned(),
+            kind,
             name: name.to_owned(),
             key: key.to_owned(),
         };
         let entry = serde_json::to_string(&entry).map_err(|e| Error::Codec {
             tool: self.name.clone(),
-            key: self.key.to_string(),
+            key: Some(self.key.to_string()),
             message: e.to_string(),
         })?;
         let req = ClaimRequest {
@@ -696,53 +736,29 @@ impl Shared {
             ttl: self.options.ttl,
             worker: ambient::worker_id(),
         };
+        // The fingerprint is what the code asked for there: another request, live,
+        // abandoned or recorded, is code that changed under the run.
+        let accepts = |recorded: &str| recorded == requested;
+        let policy = Policy {
+            on_busy: OnBusy::Wait { max: None },
+            take_over: true,
+            accepts: &accepts,
+        };
         let fail = |e| store_error(&self.name, &pos_key, e);
-        let mut outcome = self.store.claim(req).await.map_err(fail)?;
-        loop {
-            match outcome {
-                ClaimOutcome::Acquired { token } => {
-                    let completion = Completion {
-                        result: &entry,
-                        is_error: false,
-                        ttl: self.options.ttl,
-                    };
-                    return self
-                        .store
-                        .complete(&pos_key, token, completion)
-                        .await
-                        .map_err(fail);
-                }
-                ClaimOutcome::Completed(rec) if rec.fingerprint != requested => {
-                    return Err(Error::NonDeterministic {
-                        run: self.name.clone(),
-                        key: self.key.to_string(),
-                        position,
-                        recorded: rec.fingerprint.clone(),
-                        requested,
-                    })
-                }
-                ClaimOutcome::Completed(_) => return Ok(()),
-                ClaimOutcome::InProgress {
-                    lease_remaining, ..
-                } => {
-                    self.store
-                        .wait(&pos_key, lease_remaining + Duration::from_millis(5))
-                        .await;
-                    outcome = self.store.claim(req).await.map_err(fail)?;
-                }
-                ClaimOutcome::Abandoned { token, fingerprint } => {
-                    if fingerprint != requested {
-                        return Err(Error::NonDeterministic {
-                            run: self.name.clone(),
-                            key: self.key.to_string(),
-                            position,
-                            recorded: fingerprint,
-                            requested,
-                        });
-                    }
-                    outcome = self.store.takeover(req, token).await.map_err(fail)?;
-                }
-            }
+        match lease::acquire(&self.store, req, policy)
+            .await
+            .map_err(fail)?
+        {
+            Acquired::Held(lease) => lease.complete(&entry, false).await.map_err(fail),
+            Acquired::Completed(_) => Ok(()),
+            Acquired::Mismatch { fingerprint, .. } => Err(Error::NonDeterministic {
+                run: self.name.clone(),
+                key: self.key.to_string(),
+                position,
+                recorded: fingerprint,
+                requested,
+            }),
+            Acquired::Busy { .. } | Acquired::Abandoned => Err(unexpected(&self.name, &pos_key)),
         }
     }
 
@@ -762,14 +778,8 @@ impl Shared {
                 )
             })?;
             let status = match self.store.lookup(&entry.key).await.map_err(fail)? {
-                None => "missing",
-                Some(r) => match r.state {
-                    RecordState::Completed { .. } => "completed",
-                    RecordState::InProgress {
-                        lease_expires_at, ..
-                    } if lease_expires_at <= SystemTime::now() => "abandoned",
-                    RecordState::InProgress { .. } => "in_progress",
-                },
+                None => EntryStatus::Missing,
+                Some(r) => record_state(&r),
             };
             entries.push(JournalEntry {
                 position,
@@ -784,14 +794,15 @@ impl Shared {
     }
 }
 
-/// Called by the engine before a tool call claims its key: inside a run (outside any
-/// step) the call takes the next journal position.
-pub(crate) async fn journal_tool_call(tool: &str, key: &str) -> Result<(), Error> {
-    let Ok(context) = CURRENT.try_with(RunContext::clone) else {
-        return Ok(());
-    };
-    if context.in_step {
-        return Ok(());
+/// Inside [`Run::enter`] (outside any step), each tool call takes the next journal
+/// position before it claims its key: the engine calls this through
+/// [`ambient::journal_call`], without knowing about runs.
+impl CallJournal for Shared {
+    fn record<'a>(
+        &'a self,
+        tool: &'a str,
+        key: &'a str,
+    ) -> core::pin::Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>> {
+        Box::pin(self.journal(EntryKind::Tool, tool, key))
     }
-    context.shared.journal("tool", tool, key).await
 }

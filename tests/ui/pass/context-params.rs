@@ -74,7 +74,7 @@ fn main() {
             .await
             .unwrap();
         assert_eq!(out.value, serde_json::json!("reg-8-n"));
-        assert!(!out.replayed);
+        assert_ne!(out.outcome, tool_contracts::Outcome::Replayed);
         let out = registry
             .call(
                 "create_order",
@@ -82,6 +82,6 @@ fn main() {
             )
             .await
             .unwrap();
-        assert!(out.replayed);
+        assert_eq!(out.outcome, tool_contracts::Outcome::Replayed);
     });
 }

@@ -1,0 +1,313 @@
+//! The lease layer: the one owner of a key's claim cycle.
+//!
+//! claim -> (wait | take over | settle) -> heartbeat while the body runs -> complete,
+//! release or abandon, fenced by the token the claim returned. The engine (tool calls),
+//! runs (the run itself, its steps and journal positions) and recovery all go through
+//! [`acquire`] and [`Lease`]; nothing else in the crate calls the store's `claim`,
+//! `takeover`, `renew`, `complete`, `release` or `abandon`. What differs between callers is
+//! only their [`Policy`]: whether a duplicate waits for a live holder, whether an
+//! abandoned claim is taken over, which argument fingerprints may share the key.
+
+use core::future::Future;
+use core::time::Duration;
+use std::sync::Arc;
+
+use crate::store::{ClaimOutcome, ClaimRequest, Completion, Record, Store, StoreError};
+
+/// What a caller does when another live worker holds the key.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum OnBusy {
+    /// Report [`Acquired::Busy`] at once.
+    Report,
+    /// Wait for the holder to finish, at most `max` in all (`None`: as long as it lives).
+    Wait {
+        /// The most this caller waits, from the first busy answer.
+        max: Option<Duration>,
+    },
+}
+
+/// How a caller acquires a key.
+#[derive(Clone, Copy)]
+pub(crate) struct Policy<'a> {
+    /// A live holder: wait or report.
+    pub(crate) on_busy: OnBusy,
+    /// An abandoned claim (outcome unknown): take it over (`true`) or report it.
+    pub(crate) take_over: bool,
+    /// Whether a holder whose argument fingerprint is this one may share the key; a
+    /// refused one is reported as [`Acquired::Mismatch`] before anything else is done.
+    pub(crate) accepts: &'a (dyn Fn(&str) -> bool + Sync),
+}
+
+/// Accepts every fingerprint: for keys whose claims carry none (runs and steps).
+pub(crate) fn any_fingerprint(_: &str) -> bool {
+    true
+}
+
+/// Where [`acquire`] left the key.
+pub(crate) enum Acquired {
+    /// This caller holds the key.
+    Held(Lease),
+    /// The key is completed: its record (the stored result).
+    Completed(Arc<Record>),
+    /// A live holder (its policy said report, or the wait ran out).
+    Busy {
+        /// How long the holder's lease still runs.
+        lease_remaining: Duration,
+    },
+    /// An abandoned claim the policy does not take over.
+    Abandoned,
+    /// A holder's fingerprint the policy refuses; `record` when the answer carried it
+    /// (a completed key), else the caller may look the record up to explain.
+    Mismatch {
+        /// The other holder's fingerprint.
+        fingerprint: String,
+        /// Its record, if the store returned it.
+        record: Option<Arc<Record>>,
+    },
+}
+
+/// Claims `req.key` under `policy`: loops over the store's answers until the key is held
+/// or settled (completed, busy, abandoned, refused).
+pub(crate) async fn acquire(
+    store: &Arc<dyn Store>,
+    req: ClaimRequest<'_>,
+    policy: Policy<'_>,
+) -> Result<Acquired, StoreError> {
+    let mut answer = store.claim(req).await?;
+    // A waiting duplicate's patience runs from the first busy answer (tokio's clock: it
+    // measures only this caller's patience, never a lease).
+    let mut deadline: Option<tokio::time::Instant> = None;
+    let mut taken_over = false;
+    loop {
+        answer = match answer {
+            ClaimOutcome::Acquired { token } => {
+                return Ok(Acquired::Held(Lease {
+                    store: Arc::clone(store),
+                    key: req.key.to_owned(),
+                    tool: req.tool.to_owned(),
+                    token,
+                    lease: req.lease,
+                    ttl: req.ttl,
+                    taken_over,
+                }))
+            }
+            ClaimOutcome::Completed(record) => {
+                if !(policy.accepts)(&record.fingerprint) {
+                    return Ok(Acquired::Mismatch {
+                        fingerprint: record.fingerprint.clone(),
+                        record: Some(record),
+                    });
+                }
+                return Ok(Acquired::Completed(record));
+            }
+            ClaimOutcome::InProgress {
+                fingerprint,
+                lease_remaining,
+            } => {
+                if !(policy.accepts)(&fingerprint) {
+                    return Ok(Acquired::Mismatch {
+                        fingerprint,
+                        record: None,
+                    });
+                }
+                let patience = match policy.on_busy {
+                    OnBusy::Report => return Ok(Acquired::Busy { lease_remaining }),
+                    OnBusy::Wait { max: None } => Duration::MAX,
+                    OnBusy::Wait { max: Some(max) } => {
+                        let now = tokio::time::Instant::now();
+                        deadline
+                            .get_or_insert(now + max)
+                            .saturating_duration_since(now)
+                    }
+                };
+                if patience.is_zero() {
+                    return Ok(Acquired::Busy { lease_remaining });
+                }
+                tracing::debug!(
+                    tool = req.tool,
+                    key = req.key,
+                    decision = "waited",
+                    "tool-contracts: waiting for the running call"
+                );
+                // Past the lease the holder counts as dead: wake then to see it abandoned.
+                store
+                    .wait(
+                        req.key,
+                        (lease_remaining + Duration::from_millis(5)).min(patience),
+                    )
+                    .await;
+                store.claim(req).await?
+            }
+            ClaimOutcome::Abandoned { token, fingerprint } => {
+                if !(policy.accepts)(&fingerprint) {
+                    return Ok(Acquired::Mismatch {
+                        fingerprint,
+                        record: None,
+                    });
+                }
+                if !policy.take_over {
+                    return Ok(Acquired::Abandoned);
+                }
+                taken_over = true;
+                store.takeover(req, token).await?
+            }
+        };
+    }
+}
+
+/// A held claim on a key: run the body under it with [`Lease::heartbeat`] or
+/// [`Lease::keep_alive`], then end it with [`complete`](Lease::complete),
+/// [`release`](Lease::release) or [`abandon`](Lease::abandon); each is fenced by the
+/// token, so a holder whose lease was taken over changes nothing.
+///
+/// Dropped without an ending, the claim stays until its lease runs out and then counts as
+/// abandoned (outcome unknown), which is what a crash leaves too.
+pub(crate) struct Lease {
+    store: Arc<dyn Store>,
+    key: String,
+    tool: String,
+    token: u64,
+    lease: Duration,
+    ttl: Duration,
+    taken_over: bool,
+}
+
+impl Lease {
+    /// Whether the claim was taken over from a worker that died mid-call.
+    pub(crate) fn taken_over(&self) -> bool {
+        self.taken_over
+    }
+
+    /// Stores the result (or, with `is_error`, a tool error to replay) and ends the claim.
+    pub(crate) async fn complete(self, result: &str, is_error: bool) -> Result<(), StoreError> {
+        let completion = Completion {
+            result,
+            is_error,
+            ttl: self.ttl,
+        };
+        self.store.complete(&self.key, self.token, completion).await
+    }
+
+    /// Frees the key: the next call runs again.
+    pub(crate) async fn release(self) -> Result<(), StoreError> {
+        self.store.release(&self.key, self.token).await
+    }
+
+    /// Gives the lease up at once, leaving the outcome unknown (for results that do not
+    /// say whether the effect happened).
+    pub(crate) async fn abandon(self) -> Result<(), StoreError> {
+        self.store.abandon(&self.key, self.token).await
+    }
+
+    /// Runs `body` while a task of its own renews the lease every third of it. The
+    /// renewals run on the runtime's other threads, so a body that blocks its thread (a
+    /// synchronous client, `std::thread::sleep`) keeps its lease on a multi-thread
+    /// runtime; on a current-thread runtime nothing can run while the body blocks (see
+    /// docs/guarantees.md). The heartbeat stops when the body ends or is dropped, and no
+    /// renewal is in flight once this returns.
+    pub(crate) async fn heartbeat<F: Future>(&self, body: F) -> F::Output {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // Polled off a tokio runtime (another executor): renew beside the body in its
+            // own task, which needs tokio's timers only once the body has to wait.
+            let renewals = async {
+                self.renewals().await;
+                core::future::pending::<core::convert::Infallible>().await
+            };
+            return tokio::select! {
+                biased;
+                out = body => out,
+                never = renewals => match never {},
+            };
+        };
+        let (stop, renewals) = self.spawn_renewals(&runtime);
+        // Wait until the heartbeat task has run once (its timer is armed): a task spawned
+        // but never polled sits in this thread's LIFO slot, which other workers do not
+        // steal, so a body that blocks at once would stop it from ever starting.
+        let _ = renewals.started.await;
+        let out = body.await;
+        let _ = stop.send(());
+        // A renewal in flight finishes before the caller completes or releases the key.
+        // A panic is in practice a runtime built without `enable_time`, where no lease can
+        // be timed; a cancellation is a runtime shutting down.
+        if let Some(e) = renewals
+            .task
+            .await
+            .err()
+            .filter(tokio::task::JoinError::is_panic)
+        {
+            tracing::error!(tool = %self.tool, key = %self.key, error = %e, "tool-contracts: the lease heartbeat failed (is the tokio runtime built with `enable_time`?); the lease was not renewed");
+        }
+        out
+    }
+
+    /// Renews the lease in the background until the returned guard is dropped: for a
+    /// claim held across many awaits of its owner (a run).
+    pub(crate) fn keep_alive(&self) -> Option<KeepAlive> {
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let (stop, renewals) = self.spawn_renewals(&runtime);
+        Some(KeepAlive {
+            _stop: stop,
+            task: renewals.task,
+        })
+    }
+
+    fn spawn_renewals(
+        &self,
+        runtime: &tokio::runtime::Handle,
+    ) -> (tokio::sync::oneshot::Sender<()>, Renewals) {
+        // Dropped with its sender (the caller gave up on the body): the heartbeat then
+        // stops, and the lease runs out as it should for an abandoned call.
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let (started_tx, started) = tokio::sync::oneshot::channel::<()>();
+        let copy = Lease {
+            store: Arc::clone(&self.store),
+            key: self.key.clone(),
+            tool: self.tool.clone(),
+            ..*self
+        };
+        let task = runtime.spawn(async move {
+            let _ = started_tx.send(());
+            tokio::select! {
+                biased;
+                _ = &mut stopped => {}
+                () = copy.renewals() => {}
+            }
+        });
+        (stop, Renewals { started, task })
+    }
+
+    /// Renews every third of the lease until the lease is lost.
+    async fn renewals(&self) {
+        let period = (self.lease / 3).max(Duration::from_millis(1));
+        loop {
+            tokio::time::sleep(period).await;
+            match self.store.renew(&self.key, self.token, self.lease).await {
+                Ok(()) => {}
+                Err(StoreError::LeaseLost { .. }) => {
+                    tracing::error!(tool = %self.tool, key = %self.key, "tool-contracts: lease lost while the body runs (another worker took the key over); this worker's result will not be stored");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(tool = %self.tool, key = %self.key, error = %e, "tool-contracts: lease renewal failed; retrying at the next heartbeat");
+                }
+            }
+        }
+    }
+}
+
+struct Renewals {
+    started: tokio::sync::oneshot::Receiver<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Background renewal of a [`Lease`] held across awaits; stops when dropped.
+pub(crate) struct KeepAlive {
+    _stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for KeepAlive {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
