@@ -513,6 +513,10 @@ async fn run<T, E, F>(
 where
     F: Future<Output = Attempt<T, E>>,
 {
+    // On the heap: a body may call tools itself, and without the box each level's future
+    // would hold the whole nested state inline more than once (the futures of nested
+    // calls and steps overflowed a 2 MiB thread's stack). One allocation per call.
+    let attempt = Box::pin(attempt);
     let slot = take_report();
     let fail = |e: Error| -> E {
         report(&slot, |r| r.error = Some(e.clone()));

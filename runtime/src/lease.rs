@@ -311,3 +311,187 @@ impl Drop for KeepAlive {
         self.task.abort();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::MemoryStore;
+
+    fn request<'a>(key: &'a str, fingerprint: &'a str, lease: Duration) -> ClaimRequest<'a> {
+        ClaimRequest {
+            key,
+            tool: "lease_test",
+            scope: None,
+            fingerprint,
+            args: "{}",
+            lease,
+            ttl: Duration::from_secs(60),
+            worker: "test",
+        }
+    }
+
+    fn policy(on_busy: OnBusy, take_over: bool) -> Policy<'static> {
+        Policy {
+            on_busy,
+            take_over,
+            accepts: &any_fingerprint,
+        }
+    }
+
+    fn held(acquired: Acquired) -> Lease {
+        match acquired {
+            Acquired::Held(lease) => lease,
+            _ => panic!("expected a held lease"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_held_key_is_reported_or_waited_for_by_policy_then_replayed() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let long = Duration::from_secs(30);
+        let first = held(
+            acquire(
+                &store,
+                request("k", "f", long),
+                policy(OnBusy::Report, false),
+            )
+            .await
+            .unwrap(),
+        );
+        assert!(!first.taken_over());
+        let busy = acquire(
+            &store,
+            request("k", "f", long),
+            policy(OnBusy::Report, false),
+        )
+        .await
+        .unwrap();
+        assert!(matches!(busy, Acquired::Busy { .. }));
+        // A wait bounded by `max` gives up as busy.
+        let waited = acquire(
+            &store,
+            request("k", "f", long),
+            policy(
+                OnBusy::Wait {
+                    max: Some(Duration::from_millis(30)),
+                },
+                false,
+            ),
+        )
+        .await
+        .unwrap();
+        assert!(matches!(waited, Acquired::Busy { .. }));
+        // A foreign fingerprint is refused before anything else.
+        let only_g = |f: &str| f == "g";
+        let refused = acquire(
+            &store,
+            request("k", "g", long),
+            Policy {
+                on_busy: OnBusy::Report,
+                take_over: true,
+                accepts: &only_g,
+            },
+        )
+        .await
+        .unwrap();
+        assert!(
+            matches!(refused, Acquired::Mismatch { ref fingerprint, record: None } if fingerprint == "f")
+        );
+        first.complete("7", false).await.unwrap();
+        match acquire(
+            &store,
+            request("k", "f", long),
+            policy(OnBusy::Report, false),
+        )
+        .await
+        .unwrap()
+        {
+            Acquired::Completed(record) => assert!(
+                matches!(&record.state, crate::store::RecordState::Completed { result, .. } if result == "7")
+            ),
+            _ => panic!("expected the completed record"),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_abandoned_key_is_taken_over_only_when_the_policy_says_so_and_fences_the_old_holder()
+    {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let short = Duration::from_millis(20);
+        let stale = held(
+            acquire(
+                &store,
+                request("k", "f", short),
+                policy(OnBusy::Report, false),
+            )
+            .await
+            .unwrap(),
+        );
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        let reported = acquire(
+            &store,
+            request("k", "f", short),
+            policy(OnBusy::Report, false),
+        )
+        .await
+        .unwrap();
+        assert!(matches!(reported, Acquired::Abandoned));
+        let fresh = held(
+            acquire(
+                &store,
+                request("k", "f", Duration::from_secs(30)),
+                policy(OnBusy::Report, true),
+            )
+            .await
+            .unwrap(),
+        );
+        assert!(fresh.taken_over());
+        // The stale holder's ending changes nothing: its token was fenced out.
+        assert!(matches!(
+            stale.complete("1", false).await,
+            Err(StoreError::LeaseLost { .. })
+        ));
+        fresh.complete("2", false).await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_heartbeat_keeps_a_long_body_s_lease_and_stops_with_it() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let lease = Duration::from_millis(60);
+        let holder = held(
+            acquire(
+                &store,
+                request("k", "f", lease),
+                policy(OnBusy::Report, false),
+            )
+            .await
+            .unwrap(),
+        );
+        let busy_during = holder
+            .heartbeat(async {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                acquire(
+                    &store,
+                    request("k", "f", lease),
+                    policy(OnBusy::Report, false),
+                )
+                .await
+            })
+            .await
+            .unwrap();
+        assert!(
+            matches!(busy_during, Acquired::Busy { .. }),
+            "renewed past three leases"
+        );
+        // Stopped with the body: the lease now runs out.
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        let after = acquire(
+            &store,
+            request("k", "f", lease),
+            policy(OnBusy::Report, false),
+        )
+        .await
+        .unwrap();
+        assert!(matches!(after, Acquired::Abandoned));
+    }
+}

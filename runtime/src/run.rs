@@ -536,7 +536,8 @@ impl Run {
             }
         };
         // Tool calls inside a step are not journaled one by one: the step's result is.
-        let body = ambient::with_call_journal(None, self.shared.scoped(f()));
+        // On the heap, as a tool call's body is (see the engine): steps nest tool calls.
+        let body = Box::pin(ambient::with_call_journal(None, self.shared.scoped(f())));
         let result = lease.heartbeat(body).await;
         let recorded = match &result {
             Ok(value) => match serde_json::to_string(value) {
