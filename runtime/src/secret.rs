@@ -96,11 +96,7 @@ impl<T: Serialize> Serialize for Secret<T> {
         }
         let digest = Sha256::digest(&canonical);
         let mut hex = String::with_capacity(64);
-        for b in digest {
-            const DIGITS: &[u8; 16] = b"0123456789abcdef";
-            hex.push(char::from(DIGITS[usize::from(b >> 4)]));
-            hex.push(char::from(DIGITS[usize::from(b & 0x0f)]));
-        }
+        crate::key::push_hex(&mut hex, &digest);
         let mut object = serializer.serialize_struct("Secret", 1)?;
         object.serialize_field("sha256", &hex)?;
         object.end()

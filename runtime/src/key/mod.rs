@@ -1,0 +1,397 @@
+//! Idempotency keys: the key spec in code (`docs/key-spec.md`, contract
+//! `tool-contracts/key/v1`).
+//!
+//! A key is the lowercase hex SHA-256 of the canonical JSON document
+//!
+//! ```text
+//! {"contract":"tool-contracts/key/v1","fields":{<path>:<value>,...},"scope":<string|null>,"tool":<name>,"version":<integer>}
+//! ```
+//!
+//! `docs/key-spec.md` is the language-independent specification (what a Python or
+//! JavaScript client implements); `tests/key_vectors.json` pins it with vectors computed
+//! by an independent Python implementation (`tests/key_vectors.py`).
+//!
+//! The module, by the question each file answers:
+//!
+//! - `mod.rs`, what is the key: the contract strings, [`KeyBuilder`] (the document, field
+//!   by field, and its digest), [`tool_key`], [`write_canonical`];
+//! - `canonical.rs`, how is a value written: numbers, strings and their escapes, the JCS
+//!   order of object members ([`jcs_cmp`]);
+//! - `serializer.rs`, how does serde reach the writer: the `serde::Serializer` that maps
+//!   any `Serialize` value onto it as `serde_json::to_value` would;
+//! - `hex.rs`: lowercase hex, the one encoder of keys, `\u00xx` escapes and
+//!   [`Secret`](crate::Secret) digests;
+//! - `tests.rs`: the unit tests, checked against a naive JCS written independently.
+//!
+//! # Why the crate writes canonical JSON itself
+//!
+//! JCS crates exist (`serde_jcs`, `json-canon`, ...). The key does not use one, for three
+//! reasons.
+//!
+//! **The spec departs from plain RFC 8785 on purpose.** For every `x: Serialize` the
+//! writer produces the bytes of JCS applied to `serde_json::to_value(x)`, except where
+//! those would let two intents share a key, or one intent have different keys in
+//! different languages or builds:
+//!
+//! - integers with magnitude above 2^53 - 1 are written as JSON strings of their decimal
+//!   digits (spec section 3.3): RFC 8785 writes every number as the IEEE 754 double that
+//!   other languages parse it into, and a double cannot hold them. This also gives
+//!   `i128`/`u128` values outside the 64-bit range a form, where `to_value` fails;
+//! - key fields (and [`Secret`](crate::Secret) digests) refuse numbers that may not be
+//!   exact, [`CanonicalError::InexactNumber`] (spec section 3.3): a float of magnitude
+//!   2^53 or more, or integer text outside the 64-bit range, at any depth. By the time
+//!   such a number reaches the crate it may be the rounding of another one (`serde_json`
+//!   reads both `18446744073709551616` and `18446744073709551617` as one double). Other
+//!   arguments are written as JCS writes them;
+//! - a key field whose canonical value is `null`, `""`, `[]` or `{}` is refused,
+//!   [`KeyFieldError::Empty`] (spec section 2): an absent intent must never collapse
+//!   distinct calls onto one key;
+//! - NaN and infinities are an error, [`CanonicalError::NonFinite`], as RFC 8785 requires,
+//!   where `to_value` gives `null`;
+//! - `serde_json`'s private number and raw-value tokens (its `arbitrary_precision` and
+//!   `raw_value` features) are decoded, so a feature switched on elsewhere in the
+//!   dependency graph cannot silently change keys;
+//! - a `Secret` is keyed as `{"sha256":"<hex>"}`, the digest of its exact canonical
+//!   JSON: the writer runs once inside another run (`secret.rs`).
+//!
+//! A JCS crate writes `u64::MAX` as a number and a key field of `1e21` without complaint;
+//! bending its output to these rules would take a pass over a `serde_json::Value` first,
+//! which is the allocation the next point avoids.
+//!
+//! **No intermediate value.** The writer is a `serde::Serializer` that streams canonical
+//! bytes straight into one `Vec<u8>`: no `serde_json::Value` (a node per value, a `String`
+//! per map key and string) is built on the hot path, which derives a key on every call.
+//! Arrays are streamed; object members are written as they arrive and moved into order in
+//! place only when they did not arrive in it; a [`KeyBuilder`] reuses its buffers across
+//! fields and, per thread, across keys.
+//!
+//! **Keys must stay byte-stable across dependency releases.** Keys are stored and
+//! compared across deploys. If a dependency changed how it formats a number or escapes a
+//! character, every key would change silently: a retry that straddles the deploy would
+//! miss its record and run again, breaking dedup exactly when it is needed. The bytes are
+//! decided here and pinned by `tests/key_vectors.json`; the only formatting delegated is
+//! `ryu-js`'s shortest round-trip digits for floats (ECMA-262's algorithm, pinned by the
+//! RFC 8785 Appendix B vectors in the tests) and `serde_json`'s for float map keys (the
+//! spec writes them "as `serde_json` formats them").
+
+use core::cell::Cell;
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+mod canonical;
+mod hex;
+mod serializer;
+#[cfg(test)]
+mod tests;
+
+pub use canonical::{jcs_cmp, CanonicalError};
+pub(crate) use hex::push_hex;
+
+use canonical::{write_str, write_u64};
+use serializer::{write_canonical_with, Scratch};
+
+/// The literal of [`TOOL_KEY_CONTRACT`], for `concat!` in [`TOOL_KEY_HEADER`].
+macro_rules! tool_key_contract {
+    () => {
+        "tool-contracts/key/v1"
+    };
+}
+
+/// Contract string of tool keys.
+pub const TOOL_KEY_CONTRACT: &str = tool_key_contract!();
+
+/// The start of every tool key document (the contract needs no escaping), written in one
+/// copy by [`KeyBuilder::new`].
+const TOOL_KEY_HEADER: &str = concat!("{\"contract\":\"", tool_key_contract!(), "\",\"fields\":{");
+
+/// Appends the JCS canonical JSON of `value` to `out`.
+///
+/// The bytes are those of RFC 8785 applied to `serde_json::to_value(value)`, except that
+/// integers with magnitude above 2^53 - 1 become strings of their digits and NaN or
+/// infinity is an error (see the module documentation). On error `out` is left exactly as
+/// it was.
+///
+/// ```
+/// use tool_contracts_runtime::key::write_canonical;
+///
+/// let mut out = Vec::new();
+/// write_canonical(&serde_json::json!({"b": [1.0, 1e21], "a": "é\n"}), &mut out)?;
+/// assert_eq!(out, "{\"a\":\"é\\n\",\"b\":[1,1e+21]}".as_bytes());
+/// # Ok::<(), tool_contracts_runtime::key::CanonicalError>(())
+/// ```
+pub fn write_canonical<T: ?Sized + Serialize>(
+    value: &T,
+    out: &mut Vec<u8>,
+) -> Result<(), CanonicalError> {
+    write_canonical_with(value, out, &mut Scratch::default(), false)
+}
+
+/// As [`write_canonical`], with the key fields' number rule: a float whose magnitude is
+/// 2^53 or more is refused ([`CanonicalError::InexactNumber`]), at any depth. Used for key
+/// fields and [`Secret`](crate::Secret) digests, where two values must never share bytes.
+pub(crate) fn write_canonical_exact<T: ?Sized + Serialize>(
+    value: &T,
+    out: &mut Vec<u8>,
+) -> Result<(), CanonicalError> {
+    write_canonical_with(value, out, &mut Scratch::default(), true)
+}
+
+/// Error from [`KeyBuilder::field`] and [`tool_key`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeyFieldError {
+    /// The field's canonical value is `null`, `""`, `[]` or `{}`.
+    ///
+    /// A missing intent must never collapse many distinct calls onto one key, so an empty
+    /// key field is refused rather than hashed.
+    #[error(
+        "key field `{field}` is {found}: an empty key field would make unrelated calls share \
+         one idempotency key, so the call is refused; pass a non-empty `{field}` (or key the \
+         tool on a field that always identifies the request)"
+    )]
+    Empty {
+        /// The field path, as written in the tool's `key` attribute.
+        field: String,
+        /// What was found: `"null"`, `"an empty string"`, `"an empty array"` or
+        /// `"an empty object"`.
+        found: &'static str,
+    },
+    /// The field's value cannot be encoded canonically.
+    #[error("key field `{field}` cannot be encoded as canonical JSON: {source}")]
+    Encode {
+        /// The field path, as written in the tool's `key` attribute.
+        field: String,
+        /// Why encoding failed.
+        source: CanonicalError,
+    },
+    /// The same field path was given twice to [`tool_key`].
+    #[error("key field `{field}` is given more than once; give each field path once")]
+    DuplicateField {
+        /// The repeated field path.
+        field: String,
+    },
+}
+
+/// Builds one key: fields must be added in JCS order of their paths (callers pre-sort;
+/// checked with `debug_assert!`), then finish.
+///
+/// The builder streams the canonical document into one buffer and reuses its scratch
+/// space across fields and nested objects, so deriving a key costs a handful of
+/// allocations whatever the shape of the field values.
+///
+/// ```
+/// use tool_contracts_runtime::key::{KeyBuilder, TOOL_KEY_CONTRACT};
+///
+/// let mut key = KeyBuilder::new(TOOL_KEY_CONTRACT);
+/// key.field("cart.id", "c-42")?; // paths in `jcs_cmp` order
+/// key.field("user_id", &7_u64)?;
+/// assert_eq!(
+///     key.finish_document(None, "checkout", 1),
+///     br#"{"contract":"tool-contracts/key/v1","fields":{"cart.id":"c-42","user_id":7},"scope":null,"tool":"checkout","version":1}"#,
+/// );
+/// # Ok::<(), tool_contracts_runtime::key::KeyFieldError>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct KeyBuilder {
+    /// The canonical document written so far (up to the last field).
+    doc: Vec<u8>,
+    /// Reusable buffers of the object encoder.
+    scratch: Scratch,
+    /// Number of fields written.
+    fields: usize,
+    /// Last field path, to check the caller's ordering.
+    #[cfg(debug_assertions)]
+    last_path: Option<String>,
+}
+
+impl KeyBuilder {
+    /// Starts a key document for `contract` (e.g. [`TOOL_KEY_CONTRACT`]).
+    #[must_use]
+    pub fn new(contract: &str) -> Self {
+        let Spare { mut doc, scratch } = SPARE.try_with(Cell::take).unwrap_or_default();
+        doc.clear();
+        doc.reserve(160 + contract.len());
+        if contract == TOOL_KEY_CONTRACT {
+            doc.extend_from_slice(TOOL_KEY_HEADER.as_bytes());
+        } else {
+            doc.extend_from_slice(b"{\"contract\":");
+            write_str(&mut doc, contract);
+            doc.extend_from_slice(b",\"fields\":{");
+        }
+        KeyBuilder {
+            doc,
+            scratch,
+            fields: 0,
+            #[cfg(debug_assertions)]
+            last_path: None,
+        }
+    }
+
+    /// Adds the key field `path` (as written in the tool's attribute, e.g. `cart.id`) with
+    /// the JSON value of `value`.
+    ///
+    /// Paths must come in strictly increasing [`jcs_cmp`] order (checked in debug builds).
+    /// On error nothing is added and the builder stays usable.
+    ///
+    /// # Errors
+    ///
+    /// [`KeyFieldError::Empty`] if the canonical value is `null`, `""`, `[]` or `{}`;
+    /// [`KeyFieldError::Encode`] if it has no canonical form.
+    pub fn field<T: ?Sized + Serialize>(
+        &mut self,
+        path: &str,
+        value: &T,
+    ) -> Result<(), KeyFieldError> {
+        #[cfg(debug_assertions)]
+        {
+            if let Some(last) = &self.last_path {
+                debug_assert!(
+                    jcs_cmp(last, path) == core::cmp::Ordering::Less,
+                    "key fields must be added in strictly increasing JCS order: `{last}` then `{path}`"
+                );
+            }
+        }
+        let mark = self.doc.len();
+        if self.fields > 0 {
+            self.doc.push(b',');
+        }
+        write_str(&mut self.doc, path);
+        self.doc.push(b':');
+        let value_start = self.doc.len();
+        if let Err(source) = write_canonical_with(value, &mut self.doc, &mut self.scratch, true) {
+            self.doc.truncate(mark);
+            return Err(KeyFieldError::Encode {
+                field: path.to_owned(),
+                source,
+            });
+        }
+        let found = match self.doc.get(value_start..) {
+            Some(b"null") => Some("null"),
+            Some(b"\"\"") => Some("an empty string"),
+            Some(b"[]") => Some("an empty array"),
+            Some(b"{}") => Some("an empty object"),
+            _ => None,
+        };
+        if let Some(found) = found {
+            self.doc.truncate(mark);
+            return Err(KeyFieldError::Empty {
+                field: path.to_owned(),
+                found,
+            });
+        }
+        self.fields += 1;
+        #[cfg(debug_assertions)]
+        {
+            self.last_path = Some(path.to_owned());
+        }
+        Ok(())
+    }
+
+    /// Returns the 64-char lowercase hex key.
+    #[must_use]
+    pub fn finish(mut self, scope: Option<&str>, tool: &str, version: u32) -> String {
+        let scratch = core::mem::take(&mut self.scratch);
+        let doc = self.finish_document(scope, tool, version);
+        let mut key = String::with_capacity(64);
+        push_hex(&mut key, &Sha256::digest(&doc));
+        Spare { doc, scratch }.keep();
+        key
+    }
+
+    /// The canonical document bytes that finish() hashes (for tests/debugging).
+    #[must_use]
+    pub fn finish_document(mut self, scope: Option<&str>, tool: &str, version: u32) -> Vec<u8> {
+        let scratch = core::mem::take(&mut self.scratch);
+        Spare {
+            doc: Vec::new(),
+            scratch,
+        }
+        .keep();
+        let doc = &mut self.doc;
+        doc.extend_from_slice(b"},\"scope\":");
+        match scope {
+            Some(scope) => write_str(doc, scope),
+            None => doc.extend_from_slice(b"null"),
+        }
+        doc.extend_from_slice(b",\"tool\":");
+        write_str(doc, tool);
+        doc.extend_from_slice(b",\"version\":");
+        write_u64(doc, u64::from(version));
+        doc.push(b'}');
+        self.doc
+    }
+}
+
+/// Buffers of a finished [`KeyBuilder`], kept for the next key built on the same thread so
+/// that a key costs no allocation for its document or scratch space once warm.
+#[derive(Debug, Default)]
+struct Spare {
+    doc: Vec<u8>,
+    scratch: Scratch,
+}
+
+/// Buffers larger than this are dropped rather than kept, so one huge key does not pin its
+/// memory to the thread.
+const SPARE_MAX_BYTES: usize = 64 * 1024;
+
+thread_local! {
+    static SPARE: Cell<Spare> = const {
+        Cell::new(Spare {
+            doc: Vec::new(),
+            scratch: Scratch::new(),
+        })
+    };
+}
+
+impl Spare {
+    /// Keeps these buffers for the next [`KeyBuilder::new`] on this thread (emptied; any
+    /// buffer over [`SPARE_MAX_BYTES`] is dropped instead).
+    fn keep(mut self) {
+        let Spare { doc, scratch } = &mut self;
+        doc.clear();
+        if doc.capacity() > SPARE_MAX_BYTES {
+            *doc = Vec::new();
+        }
+        scratch.recycle(SPARE_MAX_BYTES);
+        // During thread teardown there is nowhere to keep them: they are dropped.
+        let _ = SPARE.try_with(|spare| spare.set(self));
+    }
+}
+
+/// Convenience for clients and tests: key of a tool call from already-extracted JSON field
+/// values (any order; sorted inside).
+///
+/// ```
+/// use tool_contracts_runtime::key::tool_key;
+///
+/// let id = serde_json::json!("c-42");
+/// let key = tool_key("checkout", 1, None, &[("cart.id", &id)])?;
+/// assert_eq!(key.len(), 64);
+/// # Ok::<(), tool_contracts_runtime::key::KeyFieldError>(())
+/// ```
+///
+/// # Errors
+///
+/// As [`KeyBuilder::field`], plus [`KeyFieldError::DuplicateField`] if a path repeats.
+pub fn tool_key(
+    tool: &str,
+    version: u32,
+    scope: Option<&str>,
+    fields: &[(&str, &serde_json::Value)],
+) -> Result<String, KeyFieldError> {
+    let mut sorted: Vec<&(&str, &serde_json::Value)> = fields.iter().collect();
+    sorted.sort_by(|a, b| jcs_cmp(a.0, b.0));
+    if let Some(pair) = sorted.windows(2).find(|w| match w {
+        [a, b] => a.0 == b.0,
+        _ => false,
+    }) {
+        let field = pair.first().map_or("", |f| f.0).to_owned();
+        return Err(KeyFieldError::DuplicateField { field });
+    }
+    let mut builder = KeyBuilder::new(TOOL_KEY_CONTRACT);
+    for (path, value) in sorted {
+        builder.field(path, *value)?;
+    }
+    Ok(builder.finish(scope, tool, version))
+}
