@@ -104,7 +104,7 @@ fn request<'a>(key: &'a str) -> ClaimRequest<'a> {
         key,
         tool: "clock_hold",
         scope: None,
-        fingerprint: "",
+        fingerprint: "clock-hold",
         args: "{}",
         lease: LEASE,
         ttl: Duration::from_secs(86_400),

@@ -7,7 +7,6 @@ use std::sync::{Arc, Mutex};
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 use crate::ambient;
 use crate::error::Error;
@@ -39,10 +38,6 @@ pub struct CallBuilder {
     error: Option<Error>,
     args: Vec<u8>,
 }
-
-/// Marks the fingerprint format: one truncated SHA-256 of the canonical arguments document
-/// (a later format gets another prefix, so the two can never be confused).
-const FINGERPRINT_PREFIX: &str = "a1:";
 
 impl CallBuilder {
     /// Starts a call of `spec` in the current scope.
@@ -137,7 +132,7 @@ impl CallBuilder {
             spec,
             key,
             scope,
-            fingerprint: fingerprint(&args),
+            fingerprint: key::fingerprint(&args),
             args,
         })
     }
@@ -165,17 +160,6 @@ fn key_field_error(spec: &ToolSpec, e: KeyFieldError) -> Error {
     }
 }
 
-/// What identifies a call's arguments: one digest of the whole canonical document (one
-/// SHA-256 per call whatever the number of parameters; which parameters differ is worked
-/// out from the stored arguments only when the digests differ).
-fn fingerprint(args: &str) -> String {
-    let digest = Sha256::digest(args.as_bytes());
-    let mut out = String::with_capacity(FINGERPRINT_PREFIX.len() + 32);
-    out.push_str(FINGERPRINT_PREFIX);
-    push_hex(&mut out, &digest[..16]);
-    out
-}
-
 /// An arguments document's parameters with their values, in the document's order
 /// (declaration order; serde_json's own map would sort them).
 fn args_in_order(args: &str) -> Option<Vec<(String, serde_json::Value)>> {
@@ -198,14 +182,6 @@ fn args_in_order(args: &str) -> Option<Vec<(String, serde_json::Value)>> {
     }
     let mut de = serde_json::Deserializer::from_str(args);
     serde::Deserializer::deserialize_map(&mut de, InOrder).ok()
-}
-
-fn push_hex(out: &mut String, bytes: &[u8]) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    for b in bytes {
-        out.push(HEX[(b >> 4) as usize] as char);
-        out.push(HEX[(b & 15) as usize] as char);
-    }
 }
 
 impl Call {

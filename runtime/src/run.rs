@@ -374,11 +374,12 @@ impl Run {
         let key = run_key(name, &intent, scope.as_deref(), options.version)?;
         let store = ambient::current_store();
         let args = intent.to_string();
+        let fingerprint = crate::key::fingerprint(&args);
         let req = ClaimRequest {
             key: &key,
             tool: name,
             scope: scope.as_deref(),
-            fingerprint: "",
+            fingerprint: &fingerprint,
             args: &args,
             lease: options.lease,
             ttl: options.ttl,
@@ -496,7 +497,8 @@ impl Run {
             key: &step_key,
             tool: &label,
             scope: self.shared.scope.as_deref(),
-            fingerprint: "",
+            // A step has no arguments of its own: its key is its identity.
+            fingerprint: &crate::key::fingerprint("{}"),
             args: "{}",
             lease: self.shared.options.lease,
             ttl: self.shared.options.ttl,

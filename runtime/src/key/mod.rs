@@ -395,3 +395,19 @@ pub fn tool_key(
     }
     Ok(builder.finish(scope, tool, version))
 }
+
+/// Marks the fingerprint format: one truncated SHA-256 of the canonical arguments document
+/// (a later format gets another prefix, so the two can never be confused).
+const FINGERPRINT_PREFIX: &str = "a1:";
+
+/// What identifies a call's arguments (stored with its claim, compared by later calls of
+/// the key): one digest of the whole canonical document, so one SHA-256 per call whatever
+/// the number of parameters; which parameters differ is worked out from the stored
+/// arguments only when the digests differ.
+pub(crate) fn fingerprint(args: &str) -> String {
+    let digest = Sha256::digest(args.as_bytes());
+    let mut out = String::with_capacity(FINGERPRINT_PREFIX.len() + 32);
+    out.push_str(FINGERPRINT_PREFIX);
+    push_hex(&mut out, &digest[..16]);
+    out
+}

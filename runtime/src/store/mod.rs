@@ -65,7 +65,8 @@ pub struct ClaimRequest<'a> {
     pub tool: &'a str,
     /// Scope the key was made in (kept for operators).
     pub scope: Option<&'a str>,
-    /// Fingerprint of the call's arguments, compared by the engine on later calls.
+    /// Fingerprint of the call's arguments (never empty), compared by the engine on later
+    /// calls; a run's journal position carries what the code asked for there instead.
     pub fingerprint: &'a str,
     /// The call's JSON arguments, kept so a recovery task can reconcile an abandoned call.
     pub args: &'a str,
