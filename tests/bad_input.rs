@@ -12,8 +12,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tool_contracts::store::{
-    ClaimOutcome, ClaimRequest, Completion, HistoryEvent, HistoryKind, Record, Resolution,
-    StoreError,
+    ClaimOutcome, ClaimRequest, Completion, HistoryEvent, Record, ResolveRequest, StoreError,
 };
 use tool_contracts::{mutating_tool, registry, with_scope, with_store, Error, MemoryStore, Store};
 
@@ -652,14 +651,8 @@ impl Store for BrokenStore {
     async fn pending(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
         self.inner.pending(limit).await
     }
-    async fn resolve(
-        &self,
-        key: &str,
-        resolution: Resolution<'_>,
-        kind: HistoryKind,
-        worker: &str,
-    ) -> Result<(), StoreError> {
-        self.inner.resolve(key, resolution, kind, worker).await
+    async fn resolve(&self, request: ResolveRequest<'_>) -> Result<(), StoreError> {
+        self.inner.resolve(request).await
     }
     async fn history(&self, key: &str) -> Result<Vec<HistoryEvent>, StoreError> {
         self.inner.history(key).await

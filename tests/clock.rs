@@ -39,8 +39,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tool_contracts::store::{
-    ClaimOutcome, ClaimRequest, Completion, HistoryEvent, HistoryKind, PostgresStore, Record,
-    RecordState, RedisStore, Resolution, SqliteStore, Store, StoreError,
+    ClaimOutcome, ClaimRequest, Completion, HistoryEvent, PostgresStore, Record, RecordState,
+    RedisStore, ResolveRequest, SqliteStore, Store, StoreError,
 };
 use tool_contracts::{mutating_tool, registry, with_scope, with_store, Error, MemoryStore};
 
@@ -175,14 +175,8 @@ impl Store for WorkerClockLeases {
     async fn pending(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
         self.0.pending(limit).await
     }
-    async fn resolve(
-        &self,
-        key: &str,
-        r: Resolution<'_>,
-        kind: HistoryKind,
-        operator: &str,
-    ) -> Result<(), StoreError> {
-        self.0.resolve(key, r, kind, operator).await
+    async fn resolve(&self, request: ResolveRequest<'_>) -> Result<(), StoreError> {
+        self.0.resolve(request).await
     }
     async fn history(&self, key: &str) -> Result<Vec<HistoryEvent>, StoreError> {
         self.0.history(key).await

@@ -525,14 +525,14 @@ mod down_store {
     use std::time::Duration;
 
     use tool_contracts::store::{
-        ClaimOutcome, ClaimRequest, Completion, HistoryEvent, HistoryKind, Record, Resolution,
-        Store, StoreError,
+        ClaimOutcome, ClaimRequest, Completion, HistoryEvent, Record, ResolveRequest, Store,
+        StoreError,
     };
 
     type Fut<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
     fn down<'a, T: 'a>() -> Fut<'a, T> {
-        Box::pin(async { Err(StoreError::Unavailable("connection refused".to_owned())) })
+        Box::pin(async { Err(StoreError::unavailable_message("connection refused")) })
     }
 
     impl Store for super::DownStore {
@@ -628,18 +628,13 @@ mod down_store {
         {
             down()
         }
-        fn resolve<'life0, 'life1, 'life2, 'life3, 'async_trait>(
+        fn resolve<'life0, 'life1, 'async_trait>(
             &'life0 self,
-            _: &'life1 str,
-            _: Resolution<'life2>,
-            _: HistoryKind,
-            _: &'life3 str,
+            _: ResolveRequest<'life1>,
         ) -> Fut<'async_trait, ()>
         where
             'life0: 'async_trait,
             'life1: 'async_trait,
-            'life2: 'async_trait,
-            'life3: 'async_trait,
             Self: 'async_trait,
         {
             down()

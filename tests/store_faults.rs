@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tool_contracts::store::{
     ClaimOutcome, ClaimRequest, Completion, HistoryEvent, HistoryKind, PostgresStore, Record,
-    RecordState, RedisStore, Resolution, Store, StoreError,
+    RecordState, RedisStore, ResolveRequest, Store, StoreError,
 };
 use tool_contracts::{mutating_tool, with_scope, with_store, Error, MemoryStore};
 
@@ -744,14 +744,8 @@ impl Store for SlowRenew {
     async fn pending(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
         self.inner.pending(limit).await
     }
-    async fn resolve(
-        &self,
-        key: &str,
-        resolution: Resolution<'_>,
-        kind: HistoryKind,
-        worker: &str,
-    ) -> Result<(), StoreError> {
-        self.inner.resolve(key, resolution, kind, worker).await
+    async fn resolve(&self, request: ResolveRequest<'_>) -> Result<(), StoreError> {
+        self.inner.resolve(request).await
     }
     async fn history(&self, key: &str) -> Result<Vec<HistoryEvent>, StoreError> {
         self.inner.history(key).await

@@ -490,8 +490,8 @@ impl tool_contracts::Store for TakeoverFails {
         _req: tool_contracts::store::ClaimRequest<'_>,
         _stale_token: u64,
     ) -> Result<tool_contracts::store::ClaimOutcome, tool_contracts::store::StoreError> {
-        Err(tool_contracts::store::StoreError::Unavailable(
-            "connection reset during takeover".to_owned(),
+        Err(tool_contracts::store::StoreError::unavailable_message(
+            "connection reset during takeover",
         ))
     }
     async fn complete(
@@ -538,12 +538,9 @@ impl tool_contracts::Store for TakeoverFails {
     }
     async fn resolve(
         &self,
-        key: &str,
-        resolution: tool_contracts::store::Resolution<'_>,
-        kind: tool_contracts::store::HistoryKind,
-        worker: &str,
+        request: tool_contracts::store::ResolveRequest<'_>,
     ) -> Result<(), tool_contracts::store::StoreError> {
-        self.0.resolve(key, resolution, kind, worker).await
+        self.0.resolve(request).await
     }
     async fn history(
         &self,

@@ -134,7 +134,12 @@ async fn run(cli: Cli) -> Result<(), String> {
                 _ => Resolution::Release,
             };
             store
-                .resolve(&key, resolution, HistoryKind::Resolved, &operator())
+                .resolve(store::ResolveRequest {
+                    key: &key,
+                    resolution,
+                    kind: HistoryKind::Resolved,
+                    worker: &operator(),
+                })
                 .await
                 .map_err(|e| format!("{key}: {e}"))?;
             if cli.json {

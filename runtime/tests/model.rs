@@ -18,6 +18,7 @@
 //! (or the servers on their default local ports); without a server the test skips with a
 //! visible notice (and fails if `CI` is set): see `tests/support/mod.rs`.
 
+mod conformance;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 #[path = "../../tests/support/mod.rs"]
 mod support;
@@ -26,11 +27,11 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
 use tokio::time::Instant;
 use tool_contracts_runtime::store::{
-    ClaimOutcome, ClaimRequest, Completion, HistoryKind, Record, RecordState, Resolution, Store,
-    StoreError,
+    ClaimOutcome, ClaimRequest, Completion, HistoryKind, Record, RecordState, Resolution,
+    ResolveRequest, Store, StoreError,
 };
 use tool_contracts_runtime::MemoryStore;
 
@@ -581,12 +582,12 @@ async fn run_case(subject: &Subject<'_>, timing: &Timing, ops: &[Op]) -> Result<
                     },
                     None => Resolution::Release,
                 };
-                let (answer, now) = now_span(store.resolve(
-                    &subject.key(k),
+                let (answer, now) = now_span(store.resolve(ResolveRequest {
+                    key: &subject.key(k),
                     resolution,
-                    HistoryKind::Resolved,
-                    "operator",
-                ))
+                    kind: HistoryKind::Resolved,
+                    worker: "operator",
+                }))
                 .await;
                 let _ = writeln!(trace, "{answer:?}");
                 let ki = usize::from(k);
@@ -743,40 +744,54 @@ fn memory_timing() -> Timing {
     }
 }
 
-#[test]
-fn memory_store_matches_the_model() {
+/// Runs `cases` generated cases under tokio's paused clock, each against a fresh store
+/// from `make`.
+fn run_paused<S: Store>(
+    cases: u32,
+    prefix: &str,
+    make: impl Fn() -> S,
+) -> Result<(), TestError<Vec<Op>>> {
     let timing = memory_timing();
-    let cases: u32 = std::env::var("MODEL_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(512);
     let mut runner = TestRunner::new(Config {
         cases,
         failure_persistence: None,
         ..Config::default()
     });
     let strategy = proptest::collection::vec(op(timing.sleeps.len()), 1..60);
-    let result = runner.run(&strategy, |ops| {
+    runner.run(&strategy, |ops| {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .start_paused(true)
             .build()
             .map_err(|e| TestCaseError::fail(e.to_string()))?;
-        let store = MemoryStore::new();
+        let store = make();
         let subject = Subject {
             store: &store,
-            prefix: "mem".to_owned(),
+            prefix: prefix.to_owned(),
             paused: true,
         };
         rt.block_on(run_case(&subject, &timing, &ops))
-    });
-    if let Err(e) = result {
-        panic!("MemoryStore diverged from the model (minimal case after shrinking):\n{e}");
-    }
+    })
+}
+
+/// How often each kind of answer was checked on this thread, printed after `what`.
+fn answers_checked(what: &str) -> Vec<(&'static str, u64)> {
     let counts: Vec<(&str, u64)> =
         SEEN.with(|s| ANSWERS.iter().copied().zip(*s.borrow()).collect());
-    eprintln!("{cases} cases; answers checked: {counts:?}");
-    for (name, n) in counts {
+    eprintln!("{what}; answers checked: {counts:?}");
+    counts
+}
+
+#[test]
+fn memory_store_matches_the_model() {
+    let cases: u32 = std::env::var("MODEL_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(512);
+    if let Err(e) = run_paused(cases, "mem", MemoryStore::new) {
+        panic!("MemoryStore diverged from the model (minimal case after shrinking):\n{e}");
+    }
+    for (name, n) in answers_checked(&format!("{cases} cases")) {
         assert!(
             n > 0,
             "the generator never produced a `{name}` answer: the model is not exercised"
@@ -827,14 +842,8 @@ fn the_model_catches_a_store_without_fencing() {
         async fn pending(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
             self.0.pending(limit).await
         }
-        async fn resolve(
-            &self,
-            key: &str,
-            r: Resolution<'_>,
-            kind: HistoryKind,
-            worker: &str,
-        ) -> Result<(), StoreError> {
-            self.0.resolve(key, r, kind, worker).await
+        async fn resolve(&self, r: ResolveRequest<'_>) -> Result<(), StoreError> {
+            self.0.resolve(r).await
         }
         async fn history(
             &self,
@@ -846,27 +855,7 @@ fn the_model_catches_a_store_without_fencing() {
             self.0.purge_expired().await
         }
     }
-    let timing = memory_timing();
-    let mut runner = TestRunner::new(Config {
-        cases: 256,
-        failure_persistence: None,
-        ..Config::default()
-    });
-    let strategy = proptest::collection::vec(op(timing.sleeps.len()), 1..60);
-    let result = runner.run(&strategy, |ops| {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .map_err(|e| TestCaseError::fail(e.to_string()))?;
-        let store = Unfenced(MemoryStore::new());
-        let subject = Subject {
-            store: &store,
-            prefix: "unfenced".to_owned(),
-            paused: true,
-        };
-        rt.block_on(run_case(&subject, &timing, &ops))
-    });
+    let result = run_paused(256, "unfenced", || Unfenced(MemoryStore::new()));
     let err = result.expect_err("an unfenced store must diverge from the model");
     let text = err.to_string();
     eprintln!("the reproduction a failing store gets:\n{text}");
@@ -919,16 +908,13 @@ fn run_durable(name: &str, rt: &tokio::runtime::Runtime, store: &dyn Store) {
         ..Config::default()
     });
     let strategy = proptest::collection::vec(op(timing.sleeps.len()), 1..30);
-    let run = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
+    let run = conformance::unique(&format!("model-{name}"));
     let case = std::cell::Cell::new(0u64);
     let result = runner.run(&strategy, |ops| {
         case.set(case.get() + 1);
         let subject = Subject {
             store,
-            prefix: format!("model-{name}-{}-{run}-{}", std::process::id(), case.get()),
+            prefix: format!("{run}-{}", case.get()),
             paused: false,
         };
         rt.block_on(run_case(&subject, &timing, &ops))
@@ -936,12 +922,7 @@ fn run_durable(name: &str, rt: &tokio::runtime::Runtime, store: &dyn Store) {
     if let Err(e) = result {
         panic!("{name} diverged from the model (minimal case after shrinking):\n{e}");
     }
-    let counts: Vec<(&str, u64)> =
-        SEEN.with(|s| ANSWERS.iter().copied().zip(*s.borrow()).collect());
-    eprintln!(
-        "{name}: {} cases; answers checked: {counts:?}",
-        durable_cases()
-    );
+    let counts = answers_checked(&format!("{name}: {} cases", durable_cases()));
     // Real time decides how often leases run out, so only the common answers are required.
     for (name, n) in &counts[..6] {
         assert!(*n > 0, "the generator never produced a `{name}` answer");
@@ -961,14 +942,7 @@ fn real_time_runtime() -> tokio::runtime::Runtime {
 #[test]
 fn sqlite_store_matches_the_model() {
     let rt = real_time_runtime();
-    let dir = std::env::temp_dir().join(format!(
-        "tool-contracts-model-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0)
-    ));
+    let dir = std::env::temp_dir().join(conformance::unique("tool-contracts-model"));
     std::fs::create_dir_all(&dir).unwrap();
     let store = rt
         .block_on(tool_contracts_runtime::store::SqliteStore::open(
@@ -987,14 +961,7 @@ fn redis_store_matches_the_model() {
         return;
     };
     let rt = real_time_runtime();
-    let prefix = format!(
-        "model-{}-{}:",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0)
-    );
+    let prefix = format!("{}:", conformance::unique("model"));
     let store = rt
         .block_on(tool_contracts_runtime::store::RedisStore::with_prefix(
             &url, &prefix,

@@ -13,7 +13,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tool_contracts_runtime::store::{ClaimOutcome, ClaimRequest, PostgresStore, Store, StoreError};
+use tool_contracts_runtime::store::{
+    ClaimOutcome, ClaimRequest, PostgresStore, PostgresStoreBuilder, Store, StoreError,
+};
 
 /// A schema name no other run uses (PostgreSQL identifiers: lowercase, digits, `_`).
 fn unique_schema(what: &str) -> String {
@@ -38,12 +40,45 @@ async fn raw(url: &str) -> tokio_postgres::Client {
     client
 }
 
-async fn drop_schema(url: &str, schema: &str) {
-    raw(url)
-        .await
-        .batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
-        .await
-        .unwrap();
+/// A schema of its own on the test server, for one test, dropped by [`TestSchema::drop`]
+/// when the test passes.
+struct TestSchema {
+    url: String,
+    name: String,
+}
+
+impl TestSchema {
+    /// `None` without a server: the test is skipped with a notice (see `support::url`).
+    fn new(what: &str) -> Option<Self> {
+        let url = support::url(&support::POSTGRES, "the PostgreSQL store suite")?;
+        Some(Self {
+            url,
+            name: unique_schema(what),
+        })
+    }
+
+    /// Options for a store whose tables live in this schema.
+    fn builder(&self) -> PostgresStoreBuilder {
+        PostgresStore::builder(&self.url).schema(&self.name)
+    }
+
+    /// A store in this schema, with the default options.
+    async fn connect(&self) -> PostgresStore {
+        self.builder().connect().await.unwrap()
+    }
+
+    /// A store in this schema with a pool large enough for 24 concurrent claims.
+    async fn contended(&self) -> Arc<dyn Store> {
+        Arc::new(self.builder().max_connections(16).connect().await.unwrap())
+    }
+
+    async fn drop(self) {
+        raw(&self.url)
+            .await
+            .batch_execute(&format!("DROP SCHEMA \"{}\" CASCADE", self.name))
+            .await
+            .unwrap();
+    }
 }
 
 fn req(key: &str) -> ClaimRequest<'_> {
@@ -61,65 +96,49 @@ fn req(key: &str) -> ClaimRequest<'_> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_store_passes_the_conformance_suite() {
-    let Some(url) = support::url(&support::POSTGRES, "the PostgreSQL store suite") else {
+    let Some(schema) = TestSchema::new("conf") else {
         return;
     };
-    let schema = unique_schema("conf");
-    let store = PostgresStore::builder(&url)
-        .schema(&schema)
+    let store = schema
+        .builder()
         .table_prefix("conformance_")
         .connect()
         .await
         .unwrap();
     conformance::run_all(Arc::new(store), &conformance::unique("pg")).await;
-    drop_schema(&url, &schema).await;
+    schema.drop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_store_purges_expired_records_in_the_background() {
-    let Some(url) = support::url(&support::POSTGRES, "the PostgreSQL store suite") else {
+    let Some(schema) = TestSchema::new("purge") else {
         return;
     };
-    let schema = unique_schema("purge");
-    let store = PostgresStore::builder(&url)
-        .schema(&schema)
-        .connect()
-        .await
-        .unwrap();
+    let store = schema.connect().await;
     let p = conformance::unique("pg-purge");
     store.set_purge_interval(None);
     conformance::expired_records_are_purged_in_the_background(&store, &p, false).await;
     store.set_purge_interval(Some(std::time::Duration::from_millis(200)));
     conformance::expired_records_are_purged_in_the_background(&store, &p, true).await;
-    drop_schema(&url, &schema).await;
+    schema.drop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_first_connects_both_create_the_schema() {
-    let Some(url) = support::url(&support::POSTGRES, "the PostgreSQL store suite") else {
+    let Some(schema) = TestSchema::new("race") else {
         return;
     };
-    let schema = unique_schema("race");
-    let connect = || PostgresStore::builder(&url).schema(&schema).connect();
-    let (a, b) = tokio::join!(connect(), connect());
-    let (a, b) = (a.unwrap(), b.unwrap());
+    let (a, b) = tokio::join!(schema.connect(), schema.connect());
     // Both see the same tables: a claim through one is held against the other.
-    let token = match a.claim(req("shared")).await.unwrap() {
-        ClaimOutcome::Acquired { token } => token,
-        other => panic!("{other:?}"),
-    };
+    let token = conformance::acquire(&a, req("shared")).await;
     assert!(matches!(
         b.claim(req("shared")).await.unwrap(),
         ClaimOutcome::InProgress { .. }
     ));
     b.release("shared", token).await.unwrap();
     // Connecting again to migrated tables is a no-op.
-    PostgresStore::builder(&url)
-        .schema(&schema)
-        .connect()
-        .await
-        .unwrap();
-    drop_schema(&url, &schema).await;
+    schema.connect().await;
+    schema.drop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -133,8 +152,15 @@ async fn unreachable_server_is_unavailable_within_the_connect_timeout() {
         .connect()
         .await;
     match result {
-        Err(StoreError::Unavailable(message)) => {
-            assert!(message.contains("postgres"), "{message}")
+        Err(StoreError::Unavailable(e)) => {
+            assert!(e.to_string().contains("postgres"), "{e}");
+            // The cause is kept, not only its text: the pool's error, and under it the
+            // driver's.
+            let mut causes = std::iter::successors(std::error::Error::source(&e), |c| c.source());
+            assert!(
+                causes.any(|c| c.downcast_ref::<tokio_postgres::Error>().is_some()),
+                "{e:?}"
+            );
         }
         other => panic!("expected Unavailable, got {other:?}"),
     }
@@ -155,8 +181,8 @@ async fn invalid_table_prefix_is_refused_before_it_reaches_sql() {
         .connect()
         .await;
     match result {
-        Err(StoreError::Unavailable(message)) => {
-            assert!(message.contains("table prefix"), "{message}")
+        Err(StoreError::Unavailable(e)) => {
+            assert!(e.to_string().contains("table prefix"), "{e}")
         }
         other => panic!("expected Unavailable, got {other:?}"),
     }
@@ -164,37 +190,22 @@ async fn invalid_table_prefix_is_refused_before_it_reaches_sql() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupted_row_is_reported_corrupt_not_trusted() {
-    let Some(url) = support::url(&support::POSTGRES, "the PostgreSQL store suite") else {
+    let Some(schema) = TestSchema::new("corrupt") else {
         return;
     };
-    let schema = unique_schema("corrupt");
-    let store = PostgresStore::builder(&url)
-        .schema(&schema)
-        .connect()
-        .await
-        .unwrap();
-    let token = match store.claim(req("victim")).await.unwrap() {
-        ClaimOutcome::Acquired { token } => token,
-        other => panic!("{other:?}"),
-    };
+    let store = schema.connect().await;
+    let token = conformance::acquire(&store, req("victim")).await;
     store
-        .complete(
-            "victim",
-            token,
-            tool_contracts_runtime::store::Completion {
-                result: "1",
-                is_error: false,
-                ttl: Duration::from_secs(60),
-            },
-        )
+        .complete("victim", token, conformance::done("1"))
         .await
         .unwrap();
-    raw(&url)
+    raw(&schema.url)
         .await
         .execute(
             &format!(
-                "UPDATE \"{schema}\".tool_contracts_records SET state = 'garbage' \
-                 WHERE key = 'victim'"
+                "UPDATE \"{}\".tool_contracts_records SET state = 'garbage' \
+                 WHERE key = 'victim'",
+                schema.name
             ),
             &[],
         )
@@ -211,60 +222,22 @@ async fn a_corrupted_row_is_reported_corrupt_not_trusted() {
             other => panic!("expected Corrupt, got {other:?}"),
         }
     }
-    drop_schema(&url, &schema).await;
-}
-
-async fn acquire(store: &dyn Store, r: ClaimRequest<'_>) -> u64 {
-    match store.claim(r).await.unwrap() {
-        ClaimOutcome::Acquired { token } => token,
-        other => panic!("expected Acquired, got {other:?}"),
-    }
-}
-
-/// Runs `attempts` concurrently and returns how many acquired; the rest must be
-/// `InProgress` (a loser that answered from an out-of-date snapshot would say otherwise).
-async fn winners<F, Fut>(attempts: usize, attempt: F) -> usize
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = Result<ClaimOutcome, StoreError>> + Send + 'static,
-{
-    let tasks: Vec<_> = (0..attempts).map(|_| tokio::spawn(attempt())).collect();
-    let mut won = 0;
-    for task in tasks {
-        match task.await.unwrap().unwrap() {
-            ClaimOutcome::Acquired { .. } => won += 1,
-            ClaimOutcome::InProgress { .. } => {}
-            other => panic!("a loser must see the winner's claim, got {other:?}"),
-        }
-    }
-    won
+    schema.drop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_reclaims_of_an_expired_result_have_one_winner() {
-    let Some(url) = support::url(&support::POSTGRES, "the PostgreSQL store suite") else {
+    let Some(schema) = TestSchema::new("reclaim") else {
         return;
     };
-    let schema = unique_schema("reclaim");
-    let store: Arc<dyn Store> = Arc::new(
-        PostgresStore::builder(&url)
-            .schema(&schema)
-            .max_connections(16)
-            .connect()
-            .await
-            .unwrap(),
-    );
+    let store = schema.contended().await;
     for round in 0..5 {
         let key = format!("expired-{round}");
-        let token = acquire(&*store, req(&key)).await;
-        let short = tool_contracts_runtime::store::Completion {
-            result: "1",
-            is_error: false,
-            ttl: Duration::from_millis(50),
-        };
+        let token = conformance::acquire(&*store, req(&key)).await;
+        let short = conformance::completion("1", Duration::from_millis(50));
         store.complete(&key, token, short).await.unwrap();
         tokio::time::sleep(Duration::from_millis(150)).await;
-        let won = winners(24, || {
+        let won = conformance::winners(24, |_| {
             let (store, key) = (Arc::clone(&store), key.clone());
             async move { store.claim(req(&key)).await }
         })
@@ -274,28 +247,20 @@ async fn concurrent_reclaims_of_an_expired_result_have_one_winner() {
             "round {round}: exactly one reclaim of an expired result wins"
         );
     }
-    drop_schema(&url, &schema).await;
+    schema.drop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_takeovers_of_an_abandoned_claim_have_one_winner() {
-    let Some(url) = support::url(&support::POSTGRES, "the PostgreSQL store suite") else {
+    let Some(schema) = TestSchema::new("takeover") else {
         return;
     };
-    let schema = unique_schema("takeover");
-    let store: Arc<dyn Store> = Arc::new(
-        PostgresStore::builder(&url)
-            .schema(&schema)
-            .max_connections(16)
-            .connect()
-            .await
-            .unwrap(),
-    );
+    let store = schema.contended().await;
     for round in 0..5 {
         let key = format!("abandoned-{round}");
-        let stale = acquire(&*store, req(&key)).await;
+        let stale = conformance::acquire(&*store, req(&key)).await;
         store.abandon(&key, stale).await.unwrap();
-        let won = winners(24, || {
+        let won = conformance::winners(24, |_| {
             let (store, key) = (Arc::clone(&store), key.clone());
             async move { store.takeover(req(&key), stale).await }
         })
@@ -305,7 +270,7 @@ async fn concurrent_takeovers_of_an_abandoned_claim_have_one_winner() {
         let kinds: Vec<&str> = history.iter().map(|e| e.kind.as_str()).collect();
         assert_eq!(kinds, ["claimed", "abandoned", "taken_over"]);
     }
-    drop_schema(&url, &schema).await;
+    schema.drop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -324,9 +289,9 @@ async fn released_history_outlives_the_release_and_is_purged_after_its_expiry() 
     let mut short = req("released");
     short.lease = Duration::from_millis(100);
     short.ttl = Duration::from_millis(100);
-    let token = acquire(&store, short).await;
+    let token = conformance::acquire(&store, short).await;
     store.release("released", token).await.unwrap();
-    let live = acquire(&store, req("live")).await;
+    let live = conformance::acquire(&store, req("live")).await;
     assert_eq!(
         store.history("released").await.unwrap().len(),
         2,
@@ -378,19 +343,13 @@ async fn race_with_open_transaction(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_that_wait_on_a_concurrent_writer_answer_with_its_write() {
-    let Some(url) = support::url(&support::POSTGRES, "the PostgreSQL store suite") else {
+    let Some(schema) = TestSchema::new("snapshot") else {
         return;
     };
-    let schema = unique_schema("snapshot");
-    let store: Arc<dyn Store> = Arc::new(
-        PostgresStore::builder(&url)
-            .schema(&schema)
-            .connect()
-            .await
-            .unwrap(),
-    );
-    let records = format!("\"{schema}\".tool_contracts_records");
-    let seq = format!("\"{schema}\".tool_contracts_token_seq");
+    let store: Arc<dyn Store> = Arc::new(schema.connect().await);
+    let records = format!("\"{}\".tool_contracts_records", schema.name);
+    let seq = format!("\"{}\".tool_contracts_token_seq", schema.name);
+    let url = &schema.url;
     let spawn_claim = |key: &'static str, stale: Option<u64>| {
         let store = Arc::clone(&store);
         tokio::spawn(async move {
@@ -423,45 +382,37 @@ async fn claims_that_wait_on_a_concurrent_writer_answer_with_its_write() {
 
     // A first claim racing another first claim (the INSERT conflicts after waiting).
     let op = || spawn_claim("absent", None);
-    expect_other(race_with_open_transaction(&url, &claim_in_tx("absent"), op).await);
+    expect_other(race_with_open_transaction(url, &claim_in_tx("absent"), op).await);
 
     // A claim of an expired result racing another reclaim of it.
-    let token = acquire(&*store, req("expired")).await;
-    let short = tool_contracts_runtime::store::Completion {
-        result: "1",
-        is_error: false,
-        ttl: Duration::from_millis(10),
-    };
+    let token = conformance::acquire(&*store, req("expired")).await;
+    let short = conformance::completion("1", Duration::from_millis(10));
     store.complete("expired", token, short).await.unwrap();
     tokio::time::sleep(Duration::from_millis(50)).await;
     let op = || spawn_claim("expired", None);
-    expect_other(race_with_open_transaction(&url, &take_in_tx("expired"), op).await);
+    expect_other(race_with_open_transaction(url, &take_in_tx("expired"), op).await);
 
     // A takeover racing another takeover of the same stale claim.
-    let stale = acquire(&*store, req("stale")).await;
+    let stale = conformance::acquire(&*store, req("stale")).await;
     store.abandon("stale", stale).await.unwrap();
     let op = || spawn_claim("stale", Some(stale));
-    expect_other(race_with_open_transaction(&url, &take_in_tx("stale"), op).await);
+    expect_other(race_with_open_transaction(url, &take_in_tx("stale"), op).await);
 
-    drop_schema(&url, &schema).await;
+    schema.drop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tables_of_schema_version_1_are_migrated_with_their_live_claims_and_history() {
-    let Some(url) = support::url(&support::POSTGRES, "the PostgreSQL store suite") else {
+    let Some(test_schema) = TestSchema::new("v1") else {
         return;
     };
-    let schema = unique_schema("v1");
+    let (url, schema) = (test_schema.url.as_str(), test_schema.name.as_str());
     // Build the version-1 layout as an earlier release left it: connect (latest version),
     // then take version 2's changes back and write rows the way version 1 did.
-    PostgresStore::builder(&url)
-        .schema(&schema)
-        .connect()
-        .await
-        .unwrap();
+    test_schema.connect().await;
     let t = |name: &str| format!("\"{schema}\".\"tool_contracts_{name}\"");
     let (records, history) = (t("records"), t("history"));
-    raw(&url)
+    raw(url)
         .await
         .batch_execute(&format!(
             "DROP INDEX \"{schema}\".tool_contracts_records_purge_idx;
@@ -486,20 +437,12 @@ async fn tables_of_schema_version_1_are_migrated_with_their_live_claims_and_hist
         .unwrap();
     // The new release connects: it migrates, and the claim made under version 1 is still
     // held (fenced by its token), completes, and keeps its earlier event.
-    let store = PostgresStore::builder(&url)
-        .schema(&schema)
-        .connect()
-        .await
-        .unwrap();
+    let store = test_schema.connect().await;
     assert!(matches!(
         store.claim(req("live-v1")).await.unwrap(),
         ClaimOutcome::InProgress { .. }
     ));
-    let completion = tool_contracts_runtime::store::Completion {
-        result: "1",
-        is_error: false,
-        ttl: Duration::from_secs(60),
-    };
+    let completion = conformance::done("1");
     assert!(matches!(
         store.complete("live-v1", 8, completion).await,
         Err(StoreError::LeaseLost { token: 8 })
@@ -518,7 +461,7 @@ async fn tables_of_schema_version_1_are_migrated_with_their_live_claims_and_hist
         ClaimOutcome::Completed(r) if matches!(&r.state,
             tool_contracts_runtime::store::RecordState::Completed { result, .. } if result == "1")
     ));
-    let indexes: Vec<String> = raw(&url)
+    let indexes: Vec<String> = raw(url)
         .await
         .query(
             "SELECT indexname::text FROM pg_indexes WHERE schemaname = $1 ORDER BY 1",
@@ -534,5 +477,5 @@ async fn tables_of_schema_version_1_are_migrated_with_their_live_claims_and_hist
             && !indexes.contains(&"tool_contracts_records_pending_idx".to_owned()),
         "{indexes:?}"
     );
-    drop_schema(&url, &schema).await;
+    test_schema.drop().await;
 }

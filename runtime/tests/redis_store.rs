@@ -13,23 +13,22 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tool_contracts_runtime::store::{
-    ClaimOutcome, ClaimRequest, Completion, RedisStore, Store, StoreError,
-};
+use tool_contracts_runtime::store::{ClaimOutcome, ClaimRequest, RedisStore, Store, StoreError};
 
-/// A store under a prefix no other run uses, plus a raw connection to poke at its keys.
+/// A store under a prefix no other run uses, its prefix, and a raw connection to poke at
+/// its keys; `None` without a server (the test is skipped, see `support::url`).
 async fn fresh_store(
-    url: &str,
     name: &str,
-) -> (RedisStore, String, redis::aio::MultiplexedConnection) {
+) -> Option<(RedisStore, String, redis::aio::MultiplexedConnection)> {
+    let url = support::url(&support::REDIS, "the Redis store suite")?;
     let prefix = format!("{}:", conformance::unique(name));
-    let store = RedisStore::with_prefix(url, &prefix).await.unwrap();
+    let store = RedisStore::with_prefix(&url, &prefix).await.unwrap();
     let raw = redis::Client::open(url)
         .unwrap()
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    (store, prefix, raw)
+    Some((store, prefix, raw))
 }
 
 /// Deletes every key under `prefix`, so runs leave the shared server clean.
@@ -63,10 +62,9 @@ fn req(key: &str) -> ClaimRequest<'_> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_store_passes_the_conformance_suite() {
-    let Some(url) = support::url(&support::REDIS, "the Redis store suite") else {
+    let Some((store, prefix, mut raw)) = fresh_store("tc-redis").await else {
         return;
     };
-    let (store, prefix, mut raw) = fresh_store(&url, "tc-redis").await;
     conformance::run_all(Arc::new(store), &conformance::unique("redis")).await;
     cleanup(&mut raw, &prefix).await;
 }
@@ -80,11 +78,18 @@ async fn an_unreachable_server_is_unavailable_quickly() {
         .connect()
         .await;
     match result {
-        Err(StoreError::Unavailable(msg)) => {
+        Err(StoreError::Unavailable(e)) => {
+            let msg = e.to_string();
             assert!(
                 msg.contains("127.0.0.1:1"),
                 "the message names the server: {msg}"
-            )
+            );
+            // The cause is kept, not only its text: the redis crate's own error.
+            let cause = std::error::Error::source(&e).expect("the cause is kept");
+            assert!(
+                cause.downcast_ref::<redis::RedisError>().is_some(),
+                "{cause:?}"
+            );
         }
         other => panic!("expected Unavailable, got {other:?}"),
     }
@@ -105,15 +110,11 @@ async fn an_invalid_url_is_unavailable() {
 
 #[tokio::test]
 async fn a_garbage_token_in_a_record_is_reported_corrupt() {
-    let Some(url) = support::url(&support::REDIS, "the Redis store suite") else {
+    let Some((store, prefix, mut raw)) = fresh_store("tc-redis-corrupt").await else {
         return;
     };
-    let (store, prefix, mut raw) = fresh_store(&url, "tc-redis-corrupt").await;
     let key = "corrupt-🔑";
-    let token = match store.claim(req(key)).await.unwrap() {
-        ClaimOutcome::Acquired { token } => token,
-        other => panic!("{other:?}"),
-    };
+    let token = conformance::acquire(&store, req(key)).await;
     let _: () = redis::cmd("HSET")
         .arg(format!("{prefix}r:{key}"))
         .arg("tok")
@@ -129,11 +130,7 @@ async fn a_garbage_token_in_a_record_is_reported_corrupt() {
         .complete(
             key,
             token,
-            Completion {
-                result: "1",
-                is_error: false,
-                ttl: Duration::from_secs(1),
-            },
+            conformance::completion("1", Duration::from_secs(1)),
         )
         .await;
     assert!(corrupt(&completed), "complete: {completed:?}");
@@ -151,10 +148,9 @@ async fn a_garbage_token_in_a_record_is_reported_corrupt() {
 
 #[tokio::test]
 async fn a_value_of_the_wrong_type_or_a_bad_history_entry_is_corrupt() {
-    let Some(url) = support::url(&support::REDIS, "the Redis store suite") else {
+    let Some((store, prefix, mut raw)) = fresh_store("tc-redis-wrongtype").await else {
         return;
     };
-    let (store, prefix, mut raw) = fresh_store(&url, "tc-redis-wrongtype").await;
     let _: () = redis::cmd("SET")
         .arg(format!("{prefix}r:plain-string"))
         .arg("x")
@@ -162,10 +158,7 @@ async fn a_value_of_the_wrong_type_or_a_bad_history_entry_is_corrupt() {
         .await
         .unwrap();
     let claimed = store.claim(req("plain-string")).await;
-    assert!(
-        matches!(claimed, Err(StoreError::Corrupt(_))),
-        "{claimed:?}"
-    );
+    assert!(corrupt(&claimed), "{claimed:?}");
     let _: () = redis::cmd("RPUSH")
         .arg(format!("{prefix}h:bad-history"))
         .arg("claimed|nope")
@@ -173,28 +166,17 @@ async fn a_value_of_the_wrong_type_or_a_bad_history_entry_is_corrupt() {
         .await
         .unwrap();
     let history = store.history("bad-history").await;
-    assert!(
-        matches!(history, Err(StoreError::Corrupt(_))),
-        "{history:?}"
-    );
+    assert!(corrupt(&history), "{history:?}");
     cleanup(&mut raw, &prefix).await;
 }
 
 #[tokio::test]
 async fn records_and_history_carry_a_redis_ttl() {
-    let Some(url) = support::url(&support::REDIS, "the Redis store suite") else {
+    let Some((store, prefix, mut raw)) = fresh_store("tc-redis-ttl").await else {
         return;
     };
-    let (store, prefix, mut raw) = fresh_store(&url, "tc-redis-ttl").await;
-    let token = match store.claim(req("ttl")).await.unwrap() {
-        ClaimOutcome::Acquired { token } => token,
-        other => panic!("{other:?}"),
-    };
-    let done = Completion {
-        result: "1",
-        is_error: false,
-        ttl: Duration::from_secs(120),
-    };
+    let token = conformance::acquire(&store, req("ttl")).await;
+    let done = conformance::completion("1", Duration::from_secs(120));
     store.complete("ttl", token, done).await.unwrap();
     for kind in ["r", "h"] {
         let pttl: i64 = redis::cmd("PTTL")
@@ -294,7 +276,8 @@ async fn a_server_that_keeps_nothing_on_disk_is_refused_unless_opted_in() {
         return;
     };
     match RedisStore::connect(&server.url()).await {
-        Err(StoreError::Unavailable(message)) => {
+        Err(StoreError::Unavailable(e)) => {
+            let message = e.to_string();
             assert!(message.contains("appendonly no"), "{message}");
             assert!(
                 message.contains("allow_without_persistence"),

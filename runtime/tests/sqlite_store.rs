@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tool_contracts_runtime::store::{
-    ClaimOutcome, ClaimRequest, Completion, RecordState, SqliteStore, Store, StoreError,
+    ClaimOutcome, ClaimRequest, RecordState, SqliteStore, Store, StoreError,
 };
 
 /// A database file in the temp directory, deleted (with its WAL files) when dropped.
@@ -53,19 +53,8 @@ fn req(key: &str) -> ClaimRequest<'_> {
     }
 }
 
-fn done(result: &str) -> Completion<'_> {
-    Completion {
-        result,
-        is_error: false,
-        ttl: Duration::from_secs(60),
-    }
-}
-
 async fn acquire(store: &dyn Store, key: &str) -> u64 {
-    match store.claim(req(key)).await.unwrap() {
-        ClaimOutcome::Acquired { token } => token,
-        other => panic!("expected Acquired for {key}, got {other:?}"),
-    }
+    conformance::acquire(store, req(key)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -93,7 +82,7 @@ async fn results_survive_reopening_the_file() {
         let store = SqliteStore::open(db.path()).await.unwrap();
         let token = acquire(&store, "done").await;
         store
-            .complete("done", token, done("\"paid\""))
+            .complete("done", token, conformance::done("\"paid\""))
             .await
             .unwrap();
         let pending = acquire(&store, "running").await;
@@ -125,20 +114,11 @@ async fn two_stores_on_one_file_have_one_winner() {
     let db = TempDb::new("race");
     let a: Arc<dyn Store> = Arc::new(SqliteStore::open(db.path()).await.unwrap());
     let b: Arc<dyn Store> = Arc::new(SqliteStore::open(db.path()).await.unwrap());
-    let tasks: Vec<_> = (0..32)
-        .map(|i| {
-            let store = Arc::clone(if i % 2 == 0 { &a } else { &b });
-            tokio::spawn(async move { store.claim(req("contended")).await })
-        })
-        .collect();
-    let mut winners = 0;
-    for task in tasks {
-        match task.await.unwrap().unwrap() {
-            ClaimOutcome::Acquired { .. } => winners += 1,
-            ClaimOutcome::InProgress { .. } => {}
-            other => panic!("unexpected {other:?}"),
-        }
-    }
+    let winners = conformance::winners(32, |i| {
+        let store = Arc::clone(if i % 2 == 0 { &a } else { &b });
+        async move { store.claim(req("contended")).await }
+    })
+    .await;
     assert_eq!(
         winners, 1,
         "exactly one of 32 claims through two stores wins"
@@ -165,7 +145,7 @@ async fn stores_opening_a_new_file_at_once_share_one_schema() {
         ClaimOutcome::InProgress { .. }
     ));
     stores[3]
-        .complete("shared", token, done("1"))
+        .complete("shared", token, conformance::done("1"))
         .await
         .unwrap();
 }
@@ -228,12 +208,19 @@ async fn opening_in_a_missing_directory_names_the_path() {
     let path = dir.join("store.db");
     let err = SqliteStore::open(&path).await.unwrap_err();
     match &err {
-        StoreError::Unavailable(msg) => {
+        StoreError::Unavailable(e) => {
+            let msg = e.to_string();
             assert!(msg.contains(&path.display().to_string()), "{msg}");
             assert!(msg.contains("does not exist"), "{msg}");
         }
         other => panic!("expected Unavailable, got {other:?}"),
     }
+    // The cause is kept, not only its text: SQLite's own error, for code that asks.
+    let cause = std::error::Error::source(&err).expect("the cause is kept");
+    assert!(
+        cause.downcast_ref::<rusqlite::Error>().is_some(),
+        "{cause:?}"
+    );
     assert!(!dir.exists(), "opening must not create directories");
 }
 
@@ -245,7 +232,9 @@ async fn a_file_from_a_newer_version_is_refused() {
     raw.pragma_update(None, "user_version", 99).unwrap();
     drop(raw);
     match SqliteStore::open(db.path()).await {
-        Err(StoreError::Unavailable(msg)) => assert!(msg.contains("schema version 99"), "{msg}"),
+        Err(StoreError::Unavailable(e)) => {
+            assert!(e.to_string().contains("schema version 99"), "{e}")
+        }
         other => panic!("expected Unavailable, got {other:?}"),
     }
 }
@@ -255,7 +244,8 @@ async fn a_file_that_is_not_a_database_is_refused() {
     let db = TempDb::new("not-a-db");
     std::fs::write(db.path(), vec![0x42u8; 8192]).unwrap();
     match SqliteStore::open(db.path()).await {
-        Err(StoreError::Corrupt(msg) | StoreError::Unavailable(msg)) => {
+        Err(e @ (StoreError::Corrupt(_) | StoreError::Unavailable(_))) => {
+            let msg = e.to_string();
             assert!(msg.contains(&db.path().display().to_string()), "{msg}")
         }
         other => panic!("expected an error, got {other:?}"),
@@ -274,13 +264,12 @@ async fn released_history_is_purged_with_expired_records() {
         "history survives release"
     );
     let token = acquire(&store, "kept").await;
-    store.complete("kept", token, done("1")).await.unwrap();
+    store
+        .complete("kept", token, conformance::done("1"))
+        .await
+        .unwrap();
     let token = acquire(&store, "short").await;
-    let short = Completion {
-        result: "1",
-        is_error: false,
-        ttl: Duration::from_millis(1),
-    };
+    let short = conformance::completion("1", Duration::from_millis(1));
     store.complete("short", token, short).await.unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert_eq!(store.purge_expired().await.unwrap(), 1);
@@ -307,7 +296,10 @@ async fn child_process_claims_every_key() {
                 let key = format!("fleet-{i}");
                 match store.claim(req(&key)).await.unwrap() {
                     ClaimOutcome::Acquired { token } => {
-                        store.complete(&key, token, done("1")).await.unwrap();
+                        store
+                            .complete(&key, token, conformance::done("1"))
+                            .await
+                            .unwrap();
                         1
                     }
                     ClaimOutcome::InProgress { .. } | ClaimOutcome::Completed(_) => 0,
@@ -387,7 +379,7 @@ async fn a_refused_write_does_not_undo_the_writes_committed_with_it() {
             let token = if i % 2 == 0 { token } else { token + 1_000 };
             tokio::spawn(async move {
                 store
-                    .complete(&format!("batch-{i}"), token, done("\"ok\""))
+                    .complete(&format!("batch-{i}"), token, conformance::done("\"ok\""))
                     .await
             })
         })

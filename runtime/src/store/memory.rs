@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use super::{
     ClaimOutcome, ClaimRequest, Completion, HistoryEvent, HistoryKind, Record, RecordState,
-    Resolution, Store, StoreError,
+    Resolution, ResolveRequest, Store, StoreError,
 };
 
 /// Shards keep two workers on different keys from contending for one lock.
@@ -546,33 +546,28 @@ impl Store for MemoryStore {
         Ok(pending.into_iter().take(limit).map(|(_, r)| r).collect())
     }
 
-    async fn resolve(
-        &self,
-        key: &str,
-        resolution: Resolution<'_>,
-        kind: HistoryKind,
-        worker: &str,
-    ) -> Result<(), StoreError> {
+    async fn resolve(&self, request: ResolveRequest<'_>) -> Result<(), StoreError> {
         let now = Instant::now();
         let token = self.token();
+        let key = request.key;
         let (hash, mut guard) = self.shard(key);
         let shard = &mut *guard;
-        let worker: Arc<str> = Arc::from(worker);
+        let worker: Arc<str> = Arc::from(request.worker);
         let Some(entry) = shard.records.get_mut(hash, key) else {
             return Err(StoreError::NotPending);
         };
         if !matches!(entry.state, State::InProgress { .. }) {
             return Err(StoreError::NotPending);
         }
-        match resolution {
+        match request.resolution {
             Resolution::Complete { result, ttl } => {
                 entry.complete(result, false, ttl, now);
-                entry.log(kind, token, worker);
+                entry.log(request.kind, token, worker);
             }
             Resolution::Release => {
                 if let Some(mut old) = shard.records.remove(hash, key) {
                     wake(&old.state);
-                    old.log(kind, token, worker);
+                    old.log(request.kind, token, worker);
                     shard.released.insert(key.into(), old.history);
                 }
             }

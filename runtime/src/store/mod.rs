@@ -45,9 +45,13 @@ pub enum StoreError {
         /// The stale token.
         token: u64,
     },
-    /// The backend could not be reached or failed.
-    #[error("store unavailable: {0}")]
-    Unavailable(String),
+    /// The backend could not be reached or failed. Its message says what the store was
+    /// doing; its [`source`](std::error::Error::source) is the backend's own error
+    /// (`rusqlite::Error`, `redis::RedisError`, `tokio_postgres::Error`, a pool or I/O
+    /// error), where there is one. Made by [`StoreError::unavailable`] and
+    /// [`StoreError::unavailable_message`].
+    #[error(transparent)]
+    Unavailable(Unavailable),
     /// [`Store::resolve`] was asked for a key that is completed or absent.
     #[error("the key is not pending (it is completed or absent); nothing was changed")]
     NotPending,
@@ -55,6 +59,103 @@ pub enum StoreError {
     #[error("store returned a corrupt record: {0}")]
     Corrupt(String),
 }
+
+impl StoreError {
+    /// The backend failed: `context` says what the store was doing (`"postgres claim"`,
+    /// `"cannot connect to redis at 10.0.0.5:6379"`), `source` is the backend's error,
+    /// kept as the [`source`](std::error::Error::source) of the result.
+    pub fn unavailable(
+        context: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        StoreError::Unavailable(Unavailable {
+            context: context.into(),
+            source: Some(Arc::new(source)),
+        })
+    }
+
+    /// The store cannot serve, for a reason no underlying error describes (a refused
+    /// setting, a timeout, a schema from a newer version): `message` says what failed and
+    /// what to do.
+    pub fn unavailable_message(message: impl Into<String>) -> Self {
+        StoreError::Unavailable(Unavailable {
+            context: message.into(),
+            source: None,
+        })
+    }
+}
+
+/// What [`StoreError::Unavailable`] holds: what the store was doing, and the backend's
+/// error that stopped it, if there is one.
+///
+/// The message (`Display`) is complete on its own: `store unavailable: <context>: <the
+/// cause and each of its own causes, each once>`, because most readers (logs, MCP
+/// clients, an operator's terminal) see one line. [`source`](std::error::Error::source)
+/// returns the backend's error itself, so code can walk the chain or downcast it (to
+/// `rusqlite::Error`, `redis::RedisError`, `tokio_postgres::Error`, ...). A reporter that
+/// prints the whole chain repeats the cause's text; that is the price of a complete
+/// one-line message.
+///
+/// The cause is shared (`Arc`), so the error stays `Clone` (one failed write answers
+/// every caller that shared its transaction). Two values are equal when their messages
+/// are: backend errors are not comparable, and the message is what an operator acts on.
+#[derive(Debug, Clone)]
+pub struct Unavailable {
+    context: String,
+    source: Option<Arc<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+impl Unavailable {
+    /// What the store was doing when it failed, and what to do about it, without the
+    /// cause's text.
+    pub fn context(&self) -> &str {
+        &self.context
+    }
+}
+
+impl core::fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "store unavailable: {}", self.context)?;
+        match std::error::Error::source(self) {
+            Some(cause) => write!(f, ": {}", describe(cause)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// `err`'s message and those of its causes, each once, on one line. Some errors print
+/// their causes (redis), some only their kind (tokio-postgres says "db error" and keeps
+/// the server's message in its source).
+pub(crate) fn describe(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut message = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        source = cause.source();
+    }
+    message
+}
+
+impl std::error::Error for Unavailable {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        // The backend's error itself (not the `Arc`), so a caller can downcast it.
+        let source: &(dyn std::error::Error + Send + Sync + 'static) = self.source.as_deref()?;
+        Some(source)
+    }
+}
+
+/// Compares the messages (see the type's documentation).
+impl PartialEq for Unavailable {
+    fn eq(&self, other: &Self) -> bool {
+        self.to_string() == other.to_string()
+    }
+}
+
+impl Eq for Unavailable {}
 
 /// What a claim attempt asks for.
 #[derive(Debug, Clone, Copy)]
@@ -172,6 +273,21 @@ pub enum Resolution<'a> {
     Release,
 }
 
+/// What [`Store::resolve`] is asked to do: an operator's (or a reconciliation's) decision
+/// for a key that is not completed.
+#[derive(Debug, Clone, Copy)]
+pub struct ResolveRequest<'a> {
+    /// The idempotency key to decide.
+    pub key: &'a str,
+    /// Complete the key with a result, or release it.
+    pub resolution: Resolution<'a>,
+    /// The history entry the decision is logged as: [`HistoryKind::Resolved`] for an
+    /// operator, [`HistoryKind::Reconciled`] for a reconciliation.
+    pub kind: HistoryKind,
+    /// Who decided (an operator's name, or a worker id), for history.
+    pub worker: &'a str,
+}
+
 /// What happened to a key, in its append-only history.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum HistoryKind {
@@ -280,16 +396,11 @@ pub trait Store: Send + Sync + 'static {
     /// Records not completed (live or abandoned claims), oldest first, at most `limit`.
     async fn pending(&self, limit: usize) -> Result<Vec<Record>, StoreError>;
 
-    /// An operator's decision for a key that is not completed. Fences out any holder (its
-    /// token becomes stale). Refused with [`StoreError::NotPending`] if the key is
-    /// completed or absent, so an operator never overwrites a real result.
-    async fn resolve(
-        &self,
-        key: &str,
-        resolution: Resolution<'_>,
-        kind: HistoryKind,
-        worker: &str,
-    ) -> Result<(), StoreError>;
+    /// An operator's decision for `request.key`, which must not be completed: completes
+    /// or releases it and logs `request.kind` under `request.worker`. Fences out any
+    /// holder (its token becomes stale). Refused with [`StoreError::NotPending`] if the
+    /// key is completed or absent, so an operator never overwrites a real result.
+    async fn resolve(&self, request: ResolveRequest<'_>) -> Result<(), StoreError>;
 
     /// The key's history, oldest first (kept at least as long as its record).
     async fn history(&self, key: &str) -> Result<Vec<HistoryEvent>, StoreError>;
@@ -340,14 +451,8 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     async fn pending(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
         (**self).pending(limit).await
     }
-    async fn resolve(
-        &self,
-        key: &str,
-        resolution: Resolution<'_>,
-        kind: HistoryKind,
-        worker: &str,
-    ) -> Result<(), StoreError> {
-        (**self).resolve(key, resolution, kind, worker).await
+    async fn resolve(&self, request: ResolveRequest<'_>) -> Result<(), StoreError> {
+        (**self).resolve(request).await
     }
     async fn history(&self, key: &str) -> Result<Vec<HistoryEvent>, StoreError> {
         (**self).history(key).await
@@ -357,5 +462,36 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     }
     async fn wait(&self, key: &str, timeout: Duration) {
         (**self).wait(key, timeout).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn an_unavailable_store_keeps_its_cause_and_says_it() {
+        let cause = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let e = StoreError::unavailable("cannot connect to the store at db:5432", cause);
+        assert_eq!(
+            e.to_string(),
+            "store unavailable: cannot connect to the store at db:5432: refused"
+        );
+        let source = e.source().expect("the cause is kept");
+        let io = source
+            .downcast_ref::<std::io::Error>()
+            .expect("the cause itself");
+        assert_eq!(io.kind(), std::io::ErrorKind::ConnectionRefused);
+        assert_eq!(e.clone(), e, "clones share the cause and compare equal");
+        let StoreError::Unavailable(inner) = &e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(inner.context(), "cannot connect to the store at db:5432");
+
+        let plain = StoreError::unavailable_message("no answer within 30s");
+        assert_eq!(plain.to_string(), "store unavailable: no answer within 30s");
+        assert!(plain.source().is_none());
+        assert_ne!(plain, e);
     }
 }

@@ -21,7 +21,7 @@ pub async fn open(url: &str) -> Result<Arc<dyn Store>, StoreError> {
         "sqlite" => open_sqlite(rest.strip_prefix("//").unwrap_or(rest)).await,
         "redis" | "rediss" => open_redis(url).await,
         "postgres" | "postgresql" => open_postgres(url).await,
-        _ => Err(StoreError::Unavailable(format!(
+        _ => Err(StoreError::unavailable_message(format!(
             "unknown store URL {url:?}: use memory:, sqlite:PATH, redis://HOST:PORT or postgres://USER@HOST/DB"
         ))),
     }
@@ -29,7 +29,7 @@ pub async fn open(url: &str) -> Result<Arc<dyn Store>, StoreError> {
 
 #[cfg(not(all(feature = "sqlite", feature = "redis", feature = "postgres")))]
 fn missing(feature: &str) -> StoreError {
-    StoreError::Unavailable(format!(
+    StoreError::unavailable_message(format!(
         "this build has no {feature} store: enable the `{feature}` feature of tool-contracts"
     ))
 }
@@ -37,8 +37,8 @@ fn missing(feature: &str) -> StoreError {
 #[cfg(feature = "sqlite")]
 async fn open_sqlite(path: &str) -> Result<Arc<dyn Store>, StoreError> {
     if path.is_empty() {
-        return Err(StoreError::Unavailable(
-            "sqlite: URL without a path: write sqlite:/var/lib/app/keys.db".to_owned(),
+        return Err(StoreError::unavailable_message(
+            "sqlite: URL without a path: write sqlite:/var/lib/app/keys.db",
         ));
     }
     Ok(Arc::new(super::SqliteStore::open(path).await?))

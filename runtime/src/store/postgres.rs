@@ -60,11 +60,11 @@ use std::time::SystemTime;
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{NoTls, Row};
+use tokio_postgres::{NoTls, Row, Statement};
 
 use super::{
     ClaimOutcome, ClaimRequest, Completion, HistoryEvent, HistoryKind, Record, RecordState,
-    Resolution, Store, StoreError,
+    Resolution, ResolveRequest, Store, StoreError,
 };
 
 /// The table-name prefix used unless [`PostgresStoreBuilder::table_prefix`] says otherwise.
@@ -222,7 +222,7 @@ impl PostgresStoreBuilder {
         let mut config: tokio_postgres::Config = self
             .url
             .parse()
-            .map_err(|e| unavailable("parsing the connection URL", &e))?;
+            .map_err(|e| unavailable("parsing the connection URL", e))?;
         let connect_timeout = match (self.connect_timeout, config.get_connect_timeout()) {
             (Some(timeout), _) => timeout,
             (None, Some(timeout)) => *timeout,
@@ -245,7 +245,7 @@ impl PostgresStoreBuilder {
             .recycle_timeout(Some(connect_timeout))
             .max_size(self.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS))
             .build()
-            .map_err(|e| unavailable("building the connection pool", &e))?;
+            .map_err(|e| unavailable("building the connection pool", e))?;
         let names = Names::new(schema, prefix);
         let store = PostgresStore {
             pool,
@@ -272,7 +272,7 @@ fn identifier(what: &str, name: &str, max_len: usize) -> Result<String, StoreErr
     if starts_well && rest_ok && name.len() <= max_len {
         Ok(name.to_owned())
     } else {
-        Err(StoreError::Unavailable(format!(
+        Err(StoreError::unavailable_message(format!(
             "postgres: invalid {what} {name:?}: use at most {max_len} lowercase ASCII \
              letters, digits and `_`, not starting with a digit"
         )))
@@ -716,7 +716,7 @@ impl PostgresStore {
     /// `CREATE ... IF NOT EXISTS`. Tables already current need neither the lock nor any
     /// DDL, so a role without `CREATE` privileges can connect once they exist.
     async fn migrate(&self, names: &Names) -> Result<(), StoreError> {
-        let step = |what: &'static str| move |e: tokio_postgres::Error| unavailable(what, &e);
+        let step = |what: &'static str| move |e: tokio_postgres::Error| unavailable(what, e);
         let migrations = names.migrations();
         let latest = i32::try_from(migrations.len()).unwrap_or(i32::MAX);
         let mut client = self.client().await?;
@@ -759,7 +759,7 @@ impl PostgresStore {
         // Read again under the lock: another process may have migrated meanwhile.
         let current = schema_version(&*tx, names).await?;
         if current > latest {
-            return Err(StoreError::Unavailable(format!(
+            return Err(StoreError::unavailable_message(format!(
                 "postgres: the tables `{}*` are at schema version {current}, newer than \
                  this version of tool-contracts understands ({latest}); upgrade it",
                 names.display()
@@ -791,7 +791,7 @@ impl PostgresStore {
         self.pool
             .get()
             .await
-            .map_err(|e| unavailable("getting a connection", &e))
+            .map_err(|e| unavailable("getting a connection", e))
     }
 
     /// Runs `op`, answering [`StoreError::Unavailable`] if it takes longer than the
@@ -803,14 +803,24 @@ impl PostgresStore {
     ) -> Result<T, StoreError> {
         match tokio::time::timeout(self.operation_timeout, op).await {
             Ok(result) => result,
-            Err(_) => Err(StoreError::Unavailable(format!(
+            Err(_) => Err(StoreError::unavailable_message(format!(
                 "postgres {what}: no answer within {:?}",
                 self.operation_timeout
             ))),
         }
     }
 
-    /// Runs one prepared (and per-connection cached) statement and returns its rows.
+    /// A pooled connection with `sql` prepared on it (and cached there, by its text).
+    async fn prepared(&self, what: &str, sql: &str) -> Result<(Object, Statement), StoreError> {
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(sql)
+            .await
+            .map_err(|e| unavailable(what, e))?;
+        Ok((client, statement))
+    }
+
+    /// Runs one prepared statement and returns its rows.
     async fn query(
         &self,
         what: &str,
@@ -818,15 +828,9 @@ impl PostgresStore {
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>, StoreError> {
         self.timed(what, async {
-            let client = self.client().await?;
-            let statement = client
-                .prepare_cached(sql)
-                .await
-                .map_err(|e| unavailable(what, &e))?;
-            client
-                .query(&statement, params)
-                .await
-                .map_err(|e| unavailable(what, &e))
+            let (client, statement) = self.prepared(what, sql).await?;
+            let rows = client.query(&statement, params).await;
+            rows.map_err(|e| unavailable(what, e))
         })
         .await
     }
@@ -839,15 +843,9 @@ impl PostgresStore {
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<u64, StoreError> {
         self.timed(what, async {
-            let client = self.client().await?;
-            let statement = client
-                .prepare_cached(sql)
-                .await
-                .map_err(|e| unavailable(what, &e))?;
-            client
-                .execute(&statement, params)
-                .await
-                .map_err(|e| unavailable(what, &e))
+            let (client, statement) = self.prepared(what, sql).await?;
+            let changed = client.execute(&statement, params).await;
+            changed.map_err(|e| unavailable(what, e))
         })
         .await
     }
@@ -965,7 +963,7 @@ impl PostgresStore {
                 }
             }
         }
-        Err(StoreError::Unavailable(format!(
+        Err(StoreError::unavailable_message(format!(
             "postgres {what}: key {:?} kept changing under {CLAIM_ATTEMPTS} attempts",
             req.key
         )))
@@ -981,14 +979,14 @@ async fn schema_version(
     let exists = client
         .query_one("SELECT to_regclass($1) IS NOT NULL AS exists", &[table])
         .await
-        .map_err(|e| unavailable("looking up the schema-version table", &e))?;
+        .map_err(|e| unavailable("looking up the schema-version table", e))?;
     if !get::<bool>(&exists, "exists")? {
         return Ok(0);
     }
     let row = client
         .query_opt(&format!("SELECT version FROM {table}"), &[])
         .await
-        .map_err(|e| unavailable("reading the schema version", &e))?;
+        .map_err(|e| unavailable("reading the schema version", e))?;
     match row {
         Some(row) => get(&row, "version"),
         None => Ok(0),
@@ -1000,28 +998,14 @@ fn micros(d: Duration) -> i64 {
     i64::try_from(d.as_micros()).map_or(MAX_MICROS, |us| us.min(MAX_MICROS))
 }
 
-/// The error and its causes on one line. tokio-postgres prints only "db error" for a
-/// server error: the server's message is in the source chain.
-fn describe(err: &(dyn StdError + 'static)) -> String {
-    let mut message = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !message.contains(&text) {
-            message.push_str(": ");
-            message.push_str(&text);
-        }
-        source = cause.source();
-    }
-    message
-}
-
-fn unavailable(what: &str, err: &(dyn StdError + 'static)) -> StoreError {
-    StoreError::Unavailable(format!("postgres {what}: {}", describe(err)))
+/// The server or the pool failed while the store was doing `what`; `err` is kept as the
+/// cause (its message, server's included, is part of the error's).
+fn unavailable(what: &str, err: impl StdError + Send + Sync + 'static) -> StoreError {
+    StoreError::unavailable(format!("postgres {what}"), err)
 }
 
 fn corrupt(what: &str, err: &(dyn StdError + 'static)) -> StoreError {
-    StoreError::Corrupt(format!("postgres: {what}: {}", describe(err)))
+    StoreError::Corrupt(format!("postgres: {what}: {}", super::describe(err)))
 }
 
 /// Reads a column, answering [`StoreError::Corrupt`] if it is missing or mistyped.
@@ -1085,17 +1069,14 @@ impl Store for PostgresStore {
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         let outcome = self.claim_or_takeover(req, None).await;
         // The tables grow only by claims: purge what expired, once per interval, beside us.
-        if matches!(outcome, Ok(ClaimOutcome::Acquired { .. })) && self.purge.take_due() {
-            super::purge::spawn_purge(
-                PostgresStore {
-                    pool: self.pool.clone(),
-                    sql: Arc::clone(&self.sql),
-                    operation_timeout: self.operation_timeout,
-                    name: self.name.clone(),
-                    purge: Arc::clone(&self.purge),
-                },
-                "postgres",
-            );
+        if matches!(outcome, Ok(ClaimOutcome::Acquired { .. })) {
+            super::purge::purge_if_due(&self.purge, "postgres", || PostgresStore {
+                pool: self.pool.clone(),
+                sql: Arc::clone(&self.sql),
+                operation_timeout: self.operation_timeout,
+                name: self.name.clone(),
+                purge: Arc::clone(&self.purge),
+            });
         }
         outcome
     }
@@ -1147,15 +1128,9 @@ impl Store for PostgresStore {
         rows.iter().map(record).collect()
     }
 
-    async fn resolve(
-        &self,
-        key: &str,
-        resolution: Resolution<'_>,
-        kind: HistoryKind,
-        worker: &str,
-    ) -> Result<(), StoreError> {
-        let kind = kind.as_str();
-        let changed = match resolution {
+    async fn resolve(&self, request: ResolveRequest<'_>) -> Result<(), StoreError> {
+        let (key, kind, worker) = (request.key, request.kind.as_str(), request.worker);
+        let changed = match request.resolution {
             Resolution::Complete { result, ttl } => {
                 let ttl = micros(ttl);
                 self.execute(

@@ -74,13 +74,22 @@ fn millis(interval: Option<Duration>) -> u64 {
     })
 }
 
-/// Runs `store.purge_expired()` in a task of its own, if a tokio runtime is present; its
-/// outcome is logged (a failed purge is retried at the next interval).
+/// If a purge is due by `schedule`, runs `store().purge_expired()` in a task of its own
+/// (where a tokio runtime is present); its outcome is logged (a failed purge is retried at
+/// the next interval). `store` makes the handle the task owns, only when one is due.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub(crate) fn spawn_purge<S: super::Store>(store: S, name: &'static str) {
+pub(crate) fn purge_if_due<S: super::Store>(
+    schedule: &PurgeSchedule,
+    name: &'static str,
+    store: impl FnOnce() -> S,
+) {
+    if !schedule.take_due() {
+        return;
+    }
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
+    let store = store();
     runtime.spawn(async move {
         match store.purge_expired().await {
             Ok(purged) => {

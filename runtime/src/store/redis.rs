@@ -71,7 +71,7 @@ use redis::{RedisError, Script, Value};
 
 use super::{
     ClaimOutcome, ClaimRequest, Completion, HistoryEvent, HistoryKind, Record, RecordState,
-    Resolution, Store, StoreError,
+    Resolution, ResolveRequest, Store, StoreError,
 };
 
 /// The default key prefix.
@@ -185,44 +185,57 @@ if not (expired_result or stale_claim) then return existing(r, now) end
 return fresh(now, r.created, 'taken_over')
 "#;
 
-/// KEYS: 1 record, 2 history, 3 pending index, 4 expiry index.
-/// ARGV: 1 key, 2 token, 3 result, 4 is error (`0`/`1`), 5 ttl ms.
-const COMPLETE: &str = r#"
+/// The start of every holder's script (complete, release, renew, abandon): the script
+/// answers `lease_lost` unless the token ARGV[2] holds the key (an error reply if the
+/// record is malformed); its body runs with the record `r` and the time `now`.
+/// KEYS: 1 record, 2 history. ARGV: 1 key, 2 the holder's token.
+const HOLDER_PRELUDE: &str = r#"
 local now = now_ms()
 local r, bad = read_record(KEYS[1])
 if bad then return bad end
 if not r or r.st ~= 'p' or r.tok ~= ARGV[2] then return 'lease_lost' end
-local expires = now + tonumber(ARGV[5])
-redis.call('HDEL', KEYS[1], 'lease')
-redis.call('HSET', KEYS[1], 'st', 'c', 'result', ARGV[3], 'err', ARGV[4],
-  'done', fmt(now), 'expires', fmt(expires))
-log(KEYS[2], 'completed', r.tok, now, r.worker, expires)
-redis.call('PEXPIREAT', KEYS[1], expires)
-redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('ZADD', KEYS[4], expires, ARGV[1])
+"#;
+
+/// Shared by the scripts that settle an in-progress key, a holder's (complete, release)
+/// or an operator's (resolve), so both settle it the same way.
+/// KEYS: 1 record, 2 history, 3 pending index, 4 expiry index. ARGV: 1 key.
+const SETTLE_PRELUDE: &str = r#"
+-- Stores the result under token `tok`, kept until `expires`, and logs `kind` by `worker`.
+local function complete_record(now, tok, result, err, expires, kind, worker)
+  redis.call('HDEL', KEYS[1], 'lease')
+  redis.call('HSET', KEYS[1], 'st', 'c', 'tok', tok, 'result', result, 'err', err,
+    'done', fmt(now), 'expires', fmt(expires))
+  log(KEYS[2], kind, tok, now, worker, expires)
+  redis.call('PEXPIREAT', KEYS[1], expires)
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('ZADD', KEYS[4], expires, ARGV[1])
+end
+-- Frees the key and logs `kind` by `worker` under token `tok`. The history outlives the
+-- record: it expires when the record would have (`expires`).
+local function release_record(now, tok, kind, worker, expires)
+  redis.call('DEL', KEYS[1])
+  log(KEYS[2], kind, tok, now, worker, expires)
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('ZREM', KEYS[4], ARGV[1])
+end
+"#;
+
+/// KEYS: 1 record, 2 history, 3 pending index, 4 expiry index.
+/// ARGV: 1 key, 2 token, 3 result, 4 is error (`0`/`1`), 5 ttl ms.
+const COMPLETE: &str = r#"
+complete_record(now, r.tok, ARGV[3], ARGV[4], now + tonumber(ARGV[5]), 'completed', r.worker)
 return 'ok'
 "#;
 
 /// KEYS: 1 record, 2 history, 3 pending index, 4 expiry index. ARGV: 1 key, 2 token.
 const RELEASE: &str = r#"
-local now = now_ms()
-local r, bad = read_record(KEYS[1])
-if bad then return bad end
-if not r or r.st ~= 'p' or r.tok ~= ARGV[2] then return 'lease_lost' end
-redis.call('DEL', KEYS[1])
--- The history outlives the record: it expires when the record would have.
-log(KEYS[2], 'released', r.tok, now, r.worker, r.expires)
-redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('ZREM', KEYS[4], ARGV[1])
+release_record(now, r.tok, 'released', r.worker, r.expires)
 return 'ok'
 "#;
 
 /// KEYS: 1 record, 2 history, 3 expiry index. ARGV: 1 key, 2 token, 3 lease ms.
 const RENEW: &str = r#"
-local now = now_ms()
-local r, bad = read_record(KEYS[1])
-if bad then return bad end
-if not r or r.st ~= 'p' or r.tok ~= ARGV[2] or r.lease <= now then return 'lease_lost' end
+if r.lease <= now then return 'lease_lost' end
 local lease = now + tonumber(ARGV[3])
 redis.call('HSET', KEYS[1], 'lease', fmt(lease))
 if r.expires < lease then
@@ -236,10 +249,6 @@ return 'ok'
 
 /// KEYS: 1 record, 2 history. ARGV: 1 key, 2 token.
 const ABANDON: &str = r#"
-local now = now_ms()
-local r, bad = read_record(KEYS[1])
-if bad then return bad end
-if not r or r.st ~= 'p' or r.tok ~= ARGV[2] then return 'lease_lost' end
 redis.call('HSET', KEYS[1], 'lease', fmt(now))
 log(KEYS[2], 'abandoned', r.tok, now, r.worker, r.expires)
 return 'ok'
@@ -254,19 +263,10 @@ if bad then return bad end
 if not r or r.st ~= 'p' then return 'not_pending' end
 -- A new token fences out the holder and names the decision in the history.
 local tok = fmt(redis.call('INCR', KEYS[5]))
-redis.call('ZREM', KEYS[3], ARGV[1])
 if ARGV[4] == 'complete' then
-  local expires = now + tonumber(ARGV[6])
-  redis.call('HDEL', KEYS[1], 'lease')
-  redis.call('HSET', KEYS[1], 'st', 'c', 'tok', tok, 'result', ARGV[5], 'err', '0',
-    'done', fmt(now), 'expires', fmt(expires))
-  log(KEYS[2], ARGV[2], tok, now, ARGV[3], expires)
-  redis.call('PEXPIREAT', KEYS[1], expires)
-  redis.call('ZADD', KEYS[4], expires, ARGV[1])
+  complete_record(now, tok, ARGV[5], '0', now + tonumber(ARGV[6]), ARGV[2], ARGV[3])
 else
-  redis.call('DEL', KEYS[1])
-  log(KEYS[2], ARGV[2], tok, now, ARGV[3], r.expires)
-  redis.call('ZREM', KEYS[4], ARGV[1])
+  release_record(now, tok, ARGV[2], ARGV[3], r.expires)
 end
 return 'ok'
 "#;
@@ -362,16 +362,19 @@ struct Scripts {
 
 impl Scripts {
     fn new() -> Self {
-        let plain = |body: &str| Script::new(&format!("{PRELUDE}{body}"));
-        let claiming = |body: &str| Script::new(&format!("{PRELUDE}{CLAIM_PRELUDE}{body}"));
+        let script = |parts: &[&str]| Script::new(&format!("{PRELUDE}{}", parts.concat()));
+        let plain = |body: &str| script(&[body]);
+        let claiming = |body: &str| script(&[CLAIM_PRELUDE, body]);
+        let holding = |body: &str| script(&[HOLDER_PRELUDE, body]);
+        let settling = |body: &str| script(&[SETTLE_PRELUDE, HOLDER_PRELUDE, body]);
         Self {
             claim: claiming(CLAIM),
             takeover: claiming(TAKEOVER),
-            complete: plain(COMPLETE),
-            release: plain(RELEASE),
-            renew: plain(RENEW),
-            abandon: plain(ABANDON),
-            resolve: plain(RESOLVE),
+            complete: settling(COMPLETE),
+            release: settling(RELEASE),
+            renew: holding(RENEW),
+            abandon: holding(ABANDON),
+            resolve: script(&[SETTLE_PRELUDE, RESOLVE]),
             lookup: plain(LOOKUP),
             pending: plain(PENDING),
             purge: plain(PURGE),
@@ -463,7 +466,7 @@ impl RedisStoreBuilder {
         let (url, allowed_by_url) = strip_persistence_opt_in(&self.url);
         self.allow_without_persistence |= allowed_by_url;
         let client = redis::Client::open(url.as_str())
-            .map_err(|e| StoreError::Unavailable(format!("invalid redis URL: {e}")))?;
+            .map_err(|e| StoreError::unavailable("invalid redis URL", e))?;
         // The address only: the URL may carry a password.
         let addr = client.get_connection_info().addr().to_string();
         let config = ConnectionManagerConfig::new()
@@ -474,7 +477,7 @@ impl RedisStoreBuilder {
         let mut conn = ConnectionManager::new_with_config(client, config)
             .await
             .map_err(|e| {
-                StoreError::Unavailable(format!("cannot connect to redis at {addr}: {e}"))
+                StoreError::unavailable(format!("cannot connect to redis at {addr}"), e)
             })?;
         check_persistence(&mut conn, &addr, self.allow_without_persistence).await?;
         let scripts = Scripts::new();
@@ -482,7 +485,7 @@ impl RedisStoreBuilder {
         // After a server restart `EVALSHA` reports `NOSCRIPT` and the crate reloads it.
         for script in scripts.all() {
             script.load_async(&mut conn).await.map_err(|e| {
-                StoreError::Unavailable(format!("cannot load scripts into redis at {addr}: {e}"))
+                StoreError::unavailable(format!("cannot load scripts into redis at {addr}"), e)
             })?;
         }
         let prefix = self.prefix.into_bytes();
@@ -544,7 +547,7 @@ async fn check_persistence(
     };
     match aof {
         Some(false) if !allowed => {
-            return Err(StoreError::Unavailable(format!(
+            return Err(StoreError::unavailable_message(format!(
                 "redis at {addr} keeps no append-only file (appendonly no): a restart would lose every claim in flight, and a retry would then run the tool a second time. Turn persistence on (`CONFIG SET appendonly yes`, and `appendfsync always` to lose nothing), or, for tests and tools whose duplicates cost nothing, opt in with `RedisStore::builder(url).allow_without_persistence()` (URL: `?allow_without_persistence=true`)"
             )))
         }
@@ -656,7 +659,7 @@ impl RedisStore {
         invocation
             .invoke_async::<Value>(&mut conn)
             .await
-            .map_err(|e| map_error(op, key, &e))
+            .map_err(|e| map_error(op, key, e))
     }
 
     async fn claim_like(
@@ -690,15 +693,24 @@ impl RedisStore {
         parse_outcome(req.key, op, reply)
     }
 
-    /// Runs a script that answers `ok` or `lease_lost` for a holder's `token`.
+    /// Runs one of the holder's scripts (see [`HOLDER_PRELUDE`]) for `token`: KEYS 1
+    /// and 2 are `key`'s record and history, ARGV 1 and 2 the key and the token; `more`
+    /// adds the script's other keys and arguments.
     async fn fenced(
         &self,
-        inv: &redis::ScriptInvocation<'_>,
+        script: &Script,
         op: &'static str,
         key: &str,
         token: u64,
+        more: impl FnOnce(&mut redis::ScriptInvocation<'_>),
     ) -> Result<(), StoreError> {
-        match self.run(inv, op, key).await? {
+        let mut inv = script.prepare_invoke();
+        inv.key(self.record_key(key))
+            .key(self.history_key(key))
+            .arg(key)
+            .arg(token);
+        more(&mut inv);
+        match self.run(&inv, op, key).await? {
             v if is(&v, b"ok") => Ok(()),
             v if is(&v, b"lease_lost") => Err(StoreError::LeaseLost { token }),
             other => Err(unexpected(op, key, &other)),
@@ -726,48 +738,36 @@ impl Store for RedisStore {
         token: u64,
         completion: Completion<'_>,
     ) -> Result<(), StoreError> {
-        let mut inv = self.scripts.complete.prepare_invoke();
-        inv.key(self.record_key(key))
-            .key(self.history_key(key))
-            .key(self.pending_key.as_slice())
-            .key(self.expiry_key.as_slice())
-            .arg(key)
-            .arg(token)
-            .arg(completion.result)
-            .arg(if completion.is_error { "1" } else { "0" })
-            .arg(millis(completion.ttl));
-        self.fenced(&inv, "complete", key, token).await
+        let (pending, expiry) = (self.pending_key.as_slice(), self.expiry_key.as_slice());
+        self.fenced(&self.scripts.complete, "complete", key, token, |inv| {
+            inv.key(pending)
+                .key(expiry)
+                .arg(completion.result)
+                .arg(if completion.is_error { "1" } else { "0" })
+                .arg(millis(completion.ttl));
+        })
+        .await
     }
 
     async fn release(&self, key: &str, token: u64) -> Result<(), StoreError> {
-        let mut inv = self.scripts.release.prepare_invoke();
-        inv.key(self.record_key(key))
-            .key(self.history_key(key))
-            .key(self.pending_key.as_slice())
-            .key(self.expiry_key.as_slice())
-            .arg(key)
-            .arg(token);
-        self.fenced(&inv, "release", key, token).await
+        let (pending, expiry) = (self.pending_key.as_slice(), self.expiry_key.as_slice());
+        self.fenced(&self.scripts.release, "release", key, token, |inv| {
+            inv.key(pending).key(expiry);
+        })
+        .await
     }
 
     async fn renew(&self, key: &str, token: u64, lease: Duration) -> Result<(), StoreError> {
-        let mut inv = self.scripts.renew.prepare_invoke();
-        inv.key(self.record_key(key))
-            .key(self.history_key(key))
-            .key(self.expiry_key.as_slice())
-            .arg(key)
-            .arg(token)
-            .arg(millis(lease));
-        self.fenced(&inv, "renew", key, token).await
+        let expiry = self.expiry_key.as_slice();
+        self.fenced(&self.scripts.renew, "renew", key, token, |inv| {
+            inv.key(expiry).arg(millis(lease));
+        })
+        .await
     }
 
     async fn abandon(&self, key: &str, token: u64) -> Result<(), StoreError> {
-        let mut inv = self.scripts.abandon.prepare_invoke();
-        inv.key(self.record_key(key))
-            .key(self.history_key(key))
-            .arg(key)
-            .arg(token);
-        self.fenced(&inv, "abandon", key, token).await
+        self.fenced(&self.scripts.abandon, "abandon", key, token, |_| {})
+            .await
     }
 
     /// Reads a key's record. Redis deletes a record when it expires, so an expired
@@ -810,14 +810,9 @@ impl Store for RedisStore {
             .collect()
     }
 
-    async fn resolve(
-        &self,
-        key: &str,
-        resolution: Resolution<'_>,
-        kind: HistoryKind,
-        worker: &str,
-    ) -> Result<(), StoreError> {
-        let (mode, result, ttl) = match resolution {
+    async fn resolve(&self, request: ResolveRequest<'_>) -> Result<(), StoreError> {
+        let key = request.key;
+        let (mode, result, ttl) = match request.resolution {
             Resolution::Complete { result, ttl } => ("complete", result, ttl),
             Resolution::Release => ("release", "", Duration::ZERO),
         };
@@ -828,8 +823,8 @@ impl Store for RedisStore {
             .key(self.expiry_key.as_slice())
             .key(self.token_key.as_slice())
             .arg(key)
-            .arg(kind.as_str())
-            .arg(worker)
+            .arg(request.kind.as_str())
+            .arg(request.worker)
             .arg(mode)
             .arg(result)
             .arg(millis(ttl));
@@ -848,7 +843,7 @@ impl Store for RedisStore {
             .arg(-1)
             .query_async(&mut conn)
             .await
-            .map_err(|e| map_error("history", key, &e))?;
+            .map_err(|e| map_error("history", key, e))?;
         entries.iter().map(|e| parse_event(key, e)).collect()
     }
 
@@ -912,7 +907,7 @@ fn subject(op: &str, key: &str) -> String {
     }
 }
 
-fn map_error(op: &str, key: &str, e: &RedisError) -> StoreError {
+fn map_error(op: &str, key: &str, e: RedisError) -> StoreError {
     match e.code() {
         Some(CORRUPT_CODE) => StoreError::Corrupt(format!(
             "{}: the stored record is malformed: {}",
@@ -924,7 +919,7 @@ fn map_error(op: &str, key: &str, e: &RedisError) -> StoreError {
             "{}: a key holds the wrong type of value: {e}",
             subject(op, key)
         )),
-        _ => StoreError::Unavailable(format!("{} failed: {e}", subject(op, key))),
+        _ => StoreError::unavailable(format!("{} failed", subject(op, key)), e),
     }
 }
 

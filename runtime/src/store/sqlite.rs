@@ -61,7 +61,7 @@ use tokio::sync::Notify;
 
 use super::{
     ClaimOutcome, ClaimRequest, Completion, HistoryEvent, HistoryKind, Record, RecordState,
-    Resolution, Store, StoreError,
+    Resolution, ResolveRequest, Store, StoreError,
 };
 
 /// How long a write waits for another connection's (or process's) write lock before the
@@ -239,11 +239,10 @@ fn contextualize(label: &str, op: &str, failure: Failure) -> StoreError {
                 | rusqlite::Error::Utf8Error(..) => true,
                 _ => false,
             };
-            let msg = format!("SQLite store {label}: {op}: {e}");
             if corrupt {
-                StoreError::Corrupt(msg)
+                StoreError::Corrupt(format!("SQLite store {label}: {op}: {e}"))
             } else {
-                StoreError::Unavailable(msg)
+                StoreError::unavailable(format!("SQLite store {label}: {op}"), e)
             }
         }
     }
@@ -252,8 +251,8 @@ fn contextualize(label: &str, op: &str, failure: Failure) -> StoreError {
 /// The system clock in unix milliseconds (the store's clock; see the module doc).
 fn now_ms() -> Result<i64, Failure> {
     let since = SystemTime::now().duration_since(UNIX_EPOCH).map_err(|_| {
-        Failure::Store(StoreError::Unavailable(
-            "SQLite store: the system clock is before 1970".to_owned(),
+        Failure::Store(StoreError::unavailable_message(
+            "SQLite store: the system clock is before 1970",
         ))
     })?;
     Ok(i64::try_from(since.as_millis()).unwrap_or(i64::MAX))
@@ -286,7 +285,7 @@ fn connect(path: &Path, label: &str, writer: bool) -> Result<Connection, StoreEr
             }
             _ => String::new(),
         };
-        StoreError::Unavailable(format!("cannot open SQLite store {label}{hint}: {e}"))
+        StoreError::unavailable(format!("cannot open SQLite store {label}{hint}"), e)
     })?;
     configure(&conn, label, writer).map_err(|f| contextualize(label, "open (configure)", f))?;
     Ok(conn)
@@ -301,7 +300,7 @@ fn configure(conn: &Connection, label: &str, writer: bool) -> Result<(), Failure
             Ok(conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))?)
         })?;
         if !mode.eq_ignore_ascii_case("wal") {
-            return Err(Failure::Store(StoreError::Unavailable(format!(
+            return Err(Failure::Store(StoreError::unavailable_message(format!(
                 "SQLite store {label}: cannot use WAL journaling (journal_mode is {mode:?}); \
                  use a file on a local disk"
             ))));
@@ -349,7 +348,7 @@ fn migrate(conn: &mut Connection, label: &str) -> Result<(), Failure> {
         }
         SCHEMA_VERSION => {}
         v if v > SCHEMA_VERSION => {
-            return Err(Failure::Store(StoreError::Unavailable(format!(
+            return Err(Failure::Store(StoreError::unavailable_message(format!(
                 "SQLite store {label} has schema version {v}, newer than this build \
                  understands ({SCHEMA_VERSION}); upgrade tool-contracts"
             ))))
@@ -670,7 +669,7 @@ where
         // A panic must not take the writer thread (and every later write) down with it.
         let out = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(conn, now))) {
             Ok(out) => out.map_err(|failure| contextualize(label, self.op, failure)),
-            Err(_) => Err(StoreError::Unavailable(format!(
+            Err(_) => Err(StoreError::unavailable_message(format!(
                 "SQLite store {label}: {}: the operation panicked",
                 self.op
             ))),
@@ -686,7 +685,7 @@ where
             (Some(Err(e)), _) => Err(e),
             (Some(Ok(value)), Ok(())) => Ok(value),
             (_, Err(e)) => Err(e),
-            (None, Ok(())) => Err(StoreError::Unavailable(format!(
+            (None, Ok(())) => Err(StoreError::unavailable_message(format!(
                 "SQLite store: {}: the operation was not run",
                 self.op
             ))),
@@ -726,8 +725,8 @@ fn run_batch(conn: &Connection, label: &str, batch: &mut [Box<dyn Job>]) -> Resu
             if conn.is_autocommit() {
                 // SQLite rolled the whole transaction back (e.g. disk full): a later
                 // savepoint would silently start a new one, so stop here.
-                return Err(Failure::Store(StoreError::Unavailable(
-                    "SQLite rolled the transaction back".to_owned(),
+                return Err(Failure::Store(StoreError::unavailable_message(
+                    "SQLite rolled the transaction back",
                 )));
             }
             if !keep {
@@ -767,9 +766,10 @@ impl SqliteStore {
             match joined {
                 Ok(opened) => opened?,
                 Err(e) => {
-                    return Err(StoreError::Unavailable(format!(
-                        "SQLite store: opening failed in its worker thread: {e}"
-                    )))
+                    return Err(StoreError::unavailable(
+                        "SQLite store: opening failed in its worker thread",
+                        e,
+                    ))
                 }
             }
         };
@@ -779,9 +779,10 @@ impl SqliteStore {
             .name("tool-contracts-sqlite-writer".to_owned())
             .spawn(move || write_loop(&writer, &thread_label, &queue))
             .map_err(|e| {
-                StoreError::Unavailable(format!(
-                    "SQLite store {label}: cannot start its writer thread: {e}"
-                ))
+                StoreError::unavailable(
+                    format!("SQLite store {label}: cannot start its writer thread"),
+                    e,
+                )
             })?;
         Ok(SqliteStore {
             inner: Arc::new(Inner {
@@ -826,7 +827,7 @@ impl SqliteStore {
             reply,
         };
         let stopped = || {
-            StoreError::Unavailable(format!(
+            StoreError::unavailable_message(format!(
                 "SQLite store {}: {op}: the writer thread has stopped",
                 self.inner.label
             ))
@@ -871,11 +872,45 @@ impl SqliteStore {
         joined: Result<Result<T, StoreError>, tokio::task::JoinError>,
     ) -> Result<T, StoreError> {
         joined.unwrap_or_else(|e| {
-            Err(StoreError::Unavailable(format!(
-                "SQLite store {}: {op}: worker thread failed: {e}",
-                self.inner.label
-            )))
+            Err(StoreError::unavailable(
+                format!(
+                    "SQLite store {}: {op}: worker thread failed",
+                    self.inner.label
+                ),
+                e,
+            ))
         })
+    }
+
+    /// A holder's change: `change(conn, key, token, now)` runs the statement fenced by
+    /// `key = ?1 AND token = ?2 AND state = 'in_progress'` and answers the holder's worker
+    /// (`RETURNING worker`), or `None` if `token` does not hold the key
+    /// ([`StoreError::LeaseLost`]). The change is logged as `kind` under that worker, and
+    /// this process's waiters on the key are woken.
+    async fn fenced<F>(
+        &self,
+        op: &'static str,
+        key: &str,
+        token: u64,
+        kind: HistoryKind,
+        change: F,
+    ) -> Result<(), StoreError>
+    where
+        F: FnOnce(&Connection, &str, i64, i64) -> Result<Option<String>, Failure> + Send + 'static,
+    {
+        // Tokens are stored as SQLite integers: one beyond i64 was never issued.
+        let Ok(sql_tok) = i64::try_from(token) else {
+            return Err(StoreError::LeaseLost { token });
+        };
+        let owned_key = key.to_owned();
+        self.write(op, move |conn, now| {
+            let worker =
+                change(conn, &owned_key, sql_tok, now)?.ok_or(StoreError::LeaseLost { token })?;
+            log(conn, &owned_key, now, kind, token, &worker)
+        })
+        .await?;
+        self.wake(key);
+        Ok(())
     }
 
     fn wake(&self, key: &str) {
@@ -920,14 +955,9 @@ impl Store for SqliteStore {
             })
             .await;
         // The table grows only here: purge what expired, once per interval, beside us.
-        if self.inner.purge.take_due() {
-            super::purge::spawn_purge(
-                SqliteStore {
-                    inner: Arc::clone(&self.inner),
-                },
-                "sqlite",
-            );
-        }
+        super::purge::purge_if_due(&self.inner.purge, "sqlite", || SqliteStore {
+            inner: Arc::clone(&self.inner),
+        });
         outcome
     }
 
@@ -974,67 +1004,60 @@ impl Store for SqliteStore {
         token: u64,
         completion: Completion<'_>,
     ) -> Result<(), StoreError> {
-        let Ok(sql_tok) = i64::try_from(token) else {
-            return Err(StoreError::LeaseLost { token });
-        };
-        let owned_key = key.to_owned();
         let result = completion.result.to_owned();
         let is_error = completion.is_error;
         let ttl_ms = millis(completion.ttl);
-        self.write("complete", move |conn, now| {
-            let worker: Option<String> = conn
-                .prepare_cached(
-                    "UPDATE records SET state = 'completed', result = ?3, is_error = ?4, \
-                     completed_ms = ?5, expires_ms = ?6, lease_expires_ms = NULL \
-                     WHERE key = ?1 AND state = 'in_progress' AND token = ?2 RETURNING worker",
-                )?
-                .query_row(
-                    rusqlite::params![
-                        owned_key,
-                        sql_tok,
-                        result,
-                        is_error,
-                        now,
-                        now.saturating_add(ttl_ms)
-                    ],
-                    |row| row.get(0),
-                )
-                .optional()?;
-            let worker = worker.ok_or(StoreError::LeaseLost { token })?;
-            log(
-                conn,
-                &owned_key,
-                now,
-                HistoryKind::Completed,
-                token,
-                &worker,
-            )
-        })
-        .await?;
-        self.wake(key);
-        Ok(())
+        self.fenced(
+            "complete",
+            key,
+            token,
+            HistoryKind::Completed,
+            move |conn, key, sql_tok, now| {
+                Ok(conn
+                    .prepare_cached(
+                        "UPDATE records SET state = 'completed', result = ?3, is_error = ?4, \
+                         completed_ms = ?5, expires_ms = ?6, lease_expires_ms = NULL \
+                         WHERE key = ?1 AND state = 'in_progress' AND token = ?2 \
+                         RETURNING worker",
+                    )?
+                    .query_row(
+                        rusqlite::params![
+                            key,
+                            sql_tok,
+                            result,
+                            is_error,
+                            now,
+                            now.saturating_add(ttl_ms)
+                        ],
+                        |row| row.get(0),
+                    )
+                    .optional()?)
+            },
+        )
+        .await
     }
 
     async fn release(&self, key: &str, token: u64) -> Result<(), StoreError> {
-        let Ok(sql_tok) = i64::try_from(token) else {
-            return Err(StoreError::LeaseLost { token });
-        };
-        let owned_key = key.to_owned();
-        self.write("release", move |conn, now| {
-            let worker: Option<String> = conn
-                .prepare_cached(
-                    "DELETE FROM records WHERE key = ?1 AND state = 'in_progress' AND token = ?2 \
-                     RETURNING worker",
-                )?
-                .query_row(rusqlite::params![owned_key, sql_tok], |row| row.get(0))
-                .optional()?;
-            let worker = worker.ok_or(StoreError::LeaseLost { token })?;
-            mark_released(conn, &owned_key)?;
-            log(conn, &owned_key, now, HistoryKind::Released, token, &worker)
-        })
-        .await?;
-        self.wake(key);
-        Ok(())
+        self.fenced(
+            "release",
+            key,
+            token,
+            HistoryKind::Released,
+            |conn, key, sql_tok, _now| {
+                let worker = conn
+                    .prepare_cached(
+                        "DELETE FROM records WHERE key = ?1 AND state = 'in_progress' \
+                         AND token = ?2 RETURNING worker",
+                    )?
+                    .query_row(rusqlite::params![key, sql_tok], |row| row.get(0))
+                    .optional()?;
+                if worker.is_some() {
+                    mark_released(conn, key)?;
+                }
+                Ok(worker)
+            },
+        )
+        .await
     }
 
     async fn renew(&self, key: &str, token: u64, lease: Duration) -> Result<(), StoreError> {
@@ -1061,31 +1084,23 @@ impl Store for SqliteStore {
     }
 
     async fn abandon(&self, key: &str, token: u64) -> Result<(), StoreError> {
-        let Ok(sql_tok) = i64::try_from(token) else {
-            return Err(StoreError::LeaseLost { token });
-        };
-        let owned_key = key.to_owned();
-        self.write("abandon", move |conn, now| {
-            let worker: Option<String> = conn
-                .prepare_cached(
-                    "UPDATE records SET lease_expires_ms = ?3 \
-                     WHERE key = ?1 AND state = 'in_progress' AND token = ?2 RETURNING worker",
-                )?
-                .query_row(rusqlite::params![owned_key, sql_tok, now], |row| row.get(0))
-                .optional()?;
-            let worker = worker.ok_or(StoreError::LeaseLost { token })?;
-            log(
-                conn,
-                &owned_key,
-                now,
-                HistoryKind::Abandoned,
-                token,
-                &worker,
-            )
-        })
-        .await?;
-        self.wake(key);
-        Ok(())
+        self.fenced(
+            "abandon",
+            key,
+            token,
+            HistoryKind::Abandoned,
+            |conn, key, sql_tok, now| {
+                Ok(conn
+                    .prepare_cached(
+                        "UPDATE records SET lease_expires_ms = ?3 \
+                         WHERE key = ?1 AND state = 'in_progress' AND token = ?2 \
+                         RETURNING worker",
+                    )?
+                    .query_row(rusqlite::params![key, sql_tok, now], |row| row.get(0))
+                    .optional()?)
+            },
+        )
+        .await
     }
 
     async fn lookup(&self, key: &str) -> Result<Option<Record>, StoreError> {
@@ -1116,26 +1131,20 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn resolve(
-        &self,
-        key: &str,
-        resolution: Resolution<'_>,
-        kind: HistoryKind,
-        worker: &str,
-    ) -> Result<(), StoreError> {
+    async fn resolve(&self, request: ResolveRequest<'_>) -> Result<(), StoreError> {
         enum Decision {
             Complete { result: String, ttl_ms: i64 },
             Release,
         }
-        let decision = match resolution {
+        let decision = match request.resolution {
             Resolution::Complete { result, ttl } => Decision::Complete {
                 result: result.to_owned(),
                 ttl_ms: millis(ttl),
             },
             Resolution::Release => Decision::Release,
         };
-        let owned_key = key.to_owned();
-        let worker = worker.to_owned();
+        let owned_key = request.key.to_owned();
+        let (kind, worker) = (request.kind, request.worker.to_owned());
         self.write("resolve", move |conn, now| {
             let pending = matches!(
                 select_row(conn, &owned_key)?,
@@ -1173,7 +1182,7 @@ impl Store for SqliteStore {
             log(conn, &owned_key, now, kind, token, &worker)
         })
         .await?;
-        self.wake(key);
+        self.wake(request.key);
         Ok(())
     }
 

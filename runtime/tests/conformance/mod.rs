@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tool_contracts_runtime::store::{
-    ClaimOutcome, ClaimRequest, Completion, HistoryKind, RecordState, Resolution, Store, StoreError,
+    ClaimOutcome, ClaimRequest, Completion, HistoryKind, RecordState, Resolution, ResolveRequest,
+    Store, StoreError,
 };
 
 /// A fresh prefix per suite run, so suites can share one server.
@@ -21,6 +22,16 @@ pub fn unique(prefix: &str) -> String {
         .map(|d| d.as_nanos())
         .unwrap_or(0);
     format!("{prefix}-{}-{nanos}", std::process::id())
+}
+
+/// An operator's decision for `key`.
+fn by_operator<'a>(key: &'a str, resolution: Resolution<'a>) -> ResolveRequest<'a> {
+    ResolveRequest {
+        key,
+        resolution,
+        kind: HistoryKind::Resolved,
+        worker: "operator",
+    }
 }
 
 fn req<'a>(key: &'a str, lease: Duration) -> ClaimRequest<'a> {
@@ -38,15 +49,42 @@ fn req<'a>(key: &'a str, lease: Duration) -> ClaimRequest<'a> {
 
 const LONG: Duration = Duration::from_secs(30);
 
-fn done(result: &str) -> Completion<'_> {
+/// A successful result, kept for `ttl`.
+pub fn completion(result: &str, ttl: Duration) -> Completion<'_> {
     Completion {
         result,
         is_error: false,
-        ttl: Duration::from_secs(60),
+        ttl,
     }
 }
 
-async fn acquire(store: &dyn Store, r: ClaimRequest<'_>) -> u64 {
+/// A successful result, kept for a minute.
+pub fn done(result: &str) -> Completion<'_> {
+    completion(result, Duration::from_secs(60))
+}
+
+/// Runs `attempts` claims at once (`attempt(i)` makes the i-th) and returns how many
+/// acquired; every other must be `InProgress`: a loser that answered from an out-of-date
+/// view would say otherwise.
+pub async fn winners<F, Fut>(attempts: usize, attempt: F) -> usize
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = Result<ClaimOutcome, StoreError>> + Send + 'static,
+{
+    let tasks: Vec<_> = (0..attempts).map(|i| tokio::spawn(attempt(i))).collect();
+    let mut won = 0;
+    for task in tasks {
+        match task.await.unwrap().unwrap() {
+            ClaimOutcome::Acquired { .. } => won += 1,
+            ClaimOutcome::InProgress { .. } => {}
+            other => panic!("a loser must see the winner's claim, got {other:?}"),
+        }
+    }
+    won
+}
+
+/// Claims `r.key`, which must be free, and returns the new token.
+pub async fn acquire(store: &dyn Store, r: ClaimRequest<'_>) -> u64 {
     match store.claim(r).await.expect("claim") {
         ClaimOutcome::Acquired { token } => token,
         other => panic!("expected Acquired for {}, got {other:?}", r.key),
@@ -112,7 +150,7 @@ pub async fn operators_list_and_resolve_pending_keys(store: &dyn Store, p: &str)
         ttl: LONG,
     };
     store
-        .resolve(&first, done_result, HistoryKind::Resolved, "operator")
+        .resolve(by_operator(&first, done_result))
         .await
         .unwrap();
     assert_eq!(
@@ -126,23 +164,13 @@ pub async fn operators_list_and_resolve_pending_keys(store: &dyn Store, p: &str)
     ));
     assert_eq!(
         store
-            .resolve(
-                &first,
-                Resolution::Release,
-                HistoryKind::Resolved,
-                "operator"
-            )
+            .resolve(by_operator(&first, Resolution::Release))
             .await,
         Err(StoreError::NotPending),
         "a completed result is never overwritten by an operator"
     );
     store
-        .resolve(
-            &second,
-            Resolution::Release,
-            HistoryKind::Resolved,
-            "operator",
-        )
+        .resolve(by_operator(&second, Resolution::Release))
         .await
         .unwrap();
     assert_eq!(
@@ -153,12 +181,10 @@ pub async fn operators_list_and_resolve_pending_keys(store: &dyn Store, p: &str)
     assert!(t3 > t2);
     assert_eq!(
         store
-            .resolve(
+            .resolve(by_operator(
                 &format!("{p}/never-claimed"),
-                Resolution::Release,
-                HistoryKind::Resolved,
-                "operator"
-            )
+                Resolution::Release
+            ))
             .await,
         Err(StoreError::NotPending)
     );
@@ -242,22 +268,12 @@ pub async fn claim_complete_replay(store: &dyn Store, p: &str) {
 
 pub async fn concurrent_claims_have_one_winner(store: Arc<dyn Store>, p: &str) {
     let key = format!("{p}/race");
-    let tasks: Vec<_> = (0..32)
-        .map(|_| {
-            let store = Arc::clone(&store);
-            let key = key.clone();
-            tokio::spawn(async move { store.claim(req(&key, LONG)).await })
-        })
-        .collect();
-    let mut winners = 0;
-    for t in tasks {
-        match t.await.unwrap().unwrap() {
-            ClaimOutcome::Acquired { .. } => winners += 1,
-            ClaimOutcome::InProgress { .. } => {}
-            other => panic!("unexpected {other:?}"),
-        }
-    }
-    assert_eq!(winners, 1, "exactly one of 32 concurrent claims wins");
+    let won = winners(32, |_| {
+        let (store, key) = (Arc::clone(&store), key.clone());
+        async move { store.claim(req(&key, LONG)).await }
+    })
+    .await;
+    assert_eq!(won, 1, "exactly one of 32 concurrent claims wins");
 }
 
 pub async fn stale_holder_is_fenced_after_takeover(store: &dyn Store, p: &str) {
@@ -391,11 +407,7 @@ pub async fn takeover_of_a_live_claim_reports_it(store: &dyn Store, p: &str) {
 pub async fn expired_results_are_claimable_and_purged(store: &dyn Store, p: &str) {
     let key = format!("{p}/expiry");
     let token = acquire(store, req(&key, LONG)).await;
-    let short = Completion {
-        result: "1",
-        is_error: false,
-        ttl: Duration::from_millis(200),
-    };
+    let short = completion("1", Duration::from_millis(200));
     store.complete(&key, token, short).await.unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
     let purged = store.purge_expired().await.unwrap();
@@ -403,11 +415,7 @@ pub async fn expired_results_are_claimable_and_purged(store: &dyn Store, p: &str
     assert!(store.lookup(&key).await.unwrap().is_none());
     let again = acquire(store, req(&key, LONG)).await;
     assert!(again > token);
-    let short = Completion {
-        result: "1",
-        is_error: false,
-        ttl: Duration::from_millis(200),
-    };
+    let short = completion("1", Duration::from_millis(200));
     store.complete(&key, again, short).await.unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
     // Expired but not yet purged: a claim treats it as absent.
@@ -474,11 +482,7 @@ pub async fn expired_records_are_purged_in_the_background(
 ) {
     let old = format!("{p}/bg-purge-old-{expect_purge}");
     let token = acquire(store, req(&old, LONG)).await;
-    let short = Completion {
-        result: "1",
-        is_error: false,
-        ttl: Duration::from_millis(100),
-    };
+    let short = completion("1", Duration::from_millis(100));
     store.complete(&old, token, short).await.unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert!(
