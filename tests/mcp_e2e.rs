@@ -4,6 +4,8 @@
 //!   spoken to in raw JSON-RPC lines exactly as a stdio client would (so the wire shapes,
 //!   `params.idempotencyKey` included, are what is tested). Each test is named after the
 //!   failure it prevents.
+//! - Over streamable HTTP (`McpServer::serve_http_listener` on a free port) with a real
+//!   HTTP client (hyper): `params.idempotencyKey`, and what the HTTP server refuses.
 //! - With a real client: `python_sdk_end_to_end` runs `tests/mcp/run.sh` (the official
 //!   Python MCP SDK against `examples/mcp_shop`, over stdio and streamable HTTP) when
 //!   `TOOL_CONTRACTS_MCP_E2E=1`; it skips loudly otherwise, and fails in CI (`CI` set).
@@ -676,6 +678,223 @@ async fn a_store_that_is_down_is_an_error_result_saying_nothing_ran() {
         "{result}"
     );
     assert_eq!(effects(110), 0);
+}
+
+/// A client speaking streamable HTTP (hyper, HTTP/1.1) to `McpServer::serve_http_listener`
+/// on a free port, as an MCP client does: one POST per message, answers read from the
+/// event stream.
+struct Http {
+    addr: std::net::SocketAddr,
+    session: Option<String>,
+    next_id: u64,
+}
+
+struct HttpAnswer {
+    status: hyper::StatusCode,
+    headers: hyper::HeaderMap,
+    body: String,
+}
+
+impl Http {
+    /// Serves `server` until `stop` fires; the task's result is the server's.
+    async fn serve(
+        server: McpServer,
+        stop: tokio::sync::oneshot::Receiver<()>,
+    ) -> (Http, tokio::task::JoinHandle<std::io::Result<()>>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let task = tokio::spawn(server.serve_http_listener(listener, async {
+            let _ = stop.await;
+        }));
+        let http = Http {
+            addr,
+            session: None,
+            next_id: 0,
+        };
+        (http, task)
+    }
+
+    /// Sends one HTTP request and reads the whole answer.
+    async fn send(&self, method: &str, path: &str, host: &str, body: Vec<u8>) -> HttpAnswer {
+        use http_body_util::BodyExt;
+
+        let stream = tokio::net::TcpStream::connect(self.addr).await.unwrap();
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .unwrap();
+        tokio::spawn(connection);
+        let mut request = hyper::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", host)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream");
+        if let Some(session) = &self.session {
+            request = request
+                .header("mcp-session-id", session)
+                .header("mcp-protocol-version", "2025-06-18");
+        }
+        let body = http_body_util::Full::new(hyper::body::Bytes::from(body));
+        let response = sender
+            .send_request(request.body(body).unwrap())
+            .await
+            .unwrap();
+        let (status, headers) = (response.status(), response.headers().clone());
+        let body = tokio::time::timeout(Duration::from_secs(20), response.into_body().collect())
+            .await
+            .expect("the whole answer within 20 s")
+            .unwrap()
+            .to_bytes();
+        HttpAnswer {
+            status,
+            headers,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        }
+    }
+
+    /// Sends a JSON-RPC request; its answer, from the event stream.
+    async fn request(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let answer = self
+            .send(
+                "POST",
+                "/mcp",
+                "127.0.0.1",
+                message.to_string().into_bytes(),
+            )
+            .await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        if let Some(session) = answer.headers.get("mcp-session-id") {
+            self.session = Some(session.to_str().unwrap().to_owned());
+        }
+        answer
+            .body
+            .lines()
+            .filter_map(|line| line.strip_prefix("data:"))
+            .filter_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
+            .find(|message| message["id"] == id)
+            .unwrap_or_else(|| panic!("no answer to {id} in {}", answer.body))
+    }
+
+    async fn initialize(&mut self) {
+        let init = self
+            .request(
+                "initialize",
+                json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}),
+            )
+            .await;
+        assert_eq!(init["result"]["capabilities"]["tools"], json!({}), "{init}");
+        assert!(self.session.is_some(), "no session id");
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let answer = self
+            .send(
+                "POST",
+                "/mcp",
+                "127.0.0.1",
+                initialized.to_string().into_bytes(),
+            )
+            .await;
+        assert_eq!(answer.status, 202, "{}", answer.body);
+    }
+
+    /// A `tools/call` result (panics on a JSON-RPC error).
+    async fn call(&mut self, params: Value) -> Value {
+        let response = self.request("tools/call", params).await;
+        assert!(response.get("error").is_none(), "{response}");
+        response["result"].clone()
+    }
+}
+
+/// rmcp drops `params.idempotencyKey` while decoding; the HTTP server's route layer keeps it.
+/// Without that layer the three calls below are one execution and two replays.
+#[tokio::test]
+async fn over_http_each_client_key_in_params_is_its_own_intent() {
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let (mut http, serving) = Http::serve(server(), stopped).await;
+    http.initialize().await;
+    let keyed = |key: &str| {
+        let mut call = order(111, "gift");
+        call["idempotencyKey"] = key.into();
+        call
+    };
+    let first = http.call(keyed("h-1")).await;
+    assert_eq!(meta(&first)["outcome"], "executed", "{first}");
+    assert_eq!(meta(&first)["clientKey"], "h-1");
+    let again = http.call(keyed("h-1")).await;
+    assert_eq!(meta(&again)["outcome"], "replayed", "{again}");
+    let mut via_meta = order(111, "gift");
+    via_meta["_meta"] = json!({ CLIENT_KEY_META_KEY: "h-1" });
+    assert_eq!(
+        meta(&http.call(via_meta).await)["key"],
+        meta(&first)["key"],
+        "the same key as in _meta"
+    );
+    let other = http.call(keyed("h-2")).await;
+    assert_eq!(meta(&other)["outcome"], "executed", "{other}");
+    assert_ne!(meta(&other)["key"], meta(&first)["key"]);
+    let refused = http.call(keyed("")).await;
+    assert_eq!(meta(&refused)["error"], "invalid_arguments", "{refused}");
+    assert_eq!(effects(111), 2);
+    stop.send(()).unwrap();
+    serving.await.unwrap().unwrap();
+}
+
+/// The HTTP server keeps what the hand-written one did: `404` off `/mcp`, `413` for a body
+/// over 4 MiB, rmcp's `403` for a foreign `Host`; and a shutdown ends it even with an event
+/// stream open.
+#[tokio::test]
+async fn the_http_server_refuses_other_paths_big_bodies_foreign_hosts_and_shuts_down() {
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let (mut http, serving) = Http::serve(server(), stopped).await;
+    let elsewhere = http.send("GET", "/", "127.0.0.1", Vec::new()).await;
+    assert_eq!(elsewhere.status, 404);
+    assert_eq!(elsewhere.body, "the MCP endpoint of this server is /mcp");
+    assert_eq!(
+        elsewhere.headers["content-type"],
+        "text/plain; charset=utf-8"
+    );
+    let big = http
+        .send("POST", "/mcp", "127.0.0.1", vec![b' '; 4 * 1024 * 1024 + 1])
+        .await;
+    assert_eq!(big.status, 413, "{}", big.body);
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string();
+    let foreign = http
+        .send("POST", "/mcp", "evil.example", ping.into_bytes())
+        .await;
+    assert_eq!(foreign.status, 403, "{}", foreign.body);
+
+    http.initialize().await;
+    // An event stream the client keeps open (the GET of a session) must not hold the
+    // shutdown up.
+    let stream = tokio::net::TcpStream::connect(http.addr).await.unwrap();
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    let open = sender
+        .send_request(
+            hyper::Request::get("/mcp")
+                .header("host", "127.0.0.1")
+                .header("accept", "text/event-stream")
+                .header("mcp-session-id", http.session.clone().unwrap())
+                .header("mcp-protocol-version", "2025-06-18")
+                .body(http_body_util::Empty::<hyper::body::Bytes>::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(open.status(), 200);
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(20), serving)
+        .await
+        .expect("the server stops within 20 s of its shutdown")
+        .unwrap()
+        .unwrap();
+    drop(open);
 }
 
 /// The real-client test: the official Python MCP SDK against `examples/mcp_shop`.

@@ -1,0 +1,378 @@
+//! What the server answers: rmcp's [`ServerHandler`] for [`McpServer`], `tools/list` (the
+//! published tools and their output shapes), `tools/call` (the dedup engine's result as a
+//! `CallToolResult` with its `_meta`), and the client's own intent key.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode,
+    Implementation, JsonObject, ListToolsResult, MetaObject, PaginatedRequestParams,
+    ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ErrorData, ServerHandler};
+use serde_json::{json, Map, Value};
+
+use super::{
+    transport, McpServer, CALL_META_KEY, CLIENT_KEY_MAX_CHARS, CLIENT_KEY_META_KEY,
+    CLIENT_KEY_PARAM, WRAPPED_RESULT_FIELD,
+};
+use crate::ambient::{with_scope, with_store};
+use crate::error::Error;
+use crate::registry::{ToolDescriptor, ToolOutput};
+
+/// How a tool's results map onto `structuredContent`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum OutputShape {
+    /// The result schema is an object: the result is the structured content.
+    Object,
+    /// The result schema is not an object: published and answered as `{"result": …}`.
+    Wrapped,
+    /// No schema: object results are structured content, others are text only.
+    Unknown,
+}
+
+impl McpServer {
+    /// Runs one `tools/call`: what [`ServerHandler::call_tool`] answers, without a
+    /// transport. `client_key` is the client's intent key, if it sent one (validated here).
+    ///
+    /// # Errors
+    /// A JSON-RPC error for an unknown tool; every other failure is an `isError` result.
+    pub async fn call(
+        &self,
+        name: &str,
+        arguments: Option<JsonObject>,
+        client_key: Option<&Value>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let args = arguments.map_or(Value::Null, Value::Object);
+        let client_key = match client_key.map(|k| validate_client_key(name, k)).transpose() {
+            Ok(k) => k,
+            Err(e) => return Ok(self.error_result(name, e, None)),
+        };
+        let call = self.inner.registry.call(name, args);
+        let call: Pin<Box<dyn Future<Output = Result<ToolOutput, Error>> + Send + '_>> =
+            match &client_key {
+                Some(k) => Box::pin(with_scope(format!("client:{k}"), call)),
+                None => Box::pin(call),
+            };
+        let call: Pin<Box<dyn Future<Output = Result<ToolOutput, Error>> + Send + '_>> =
+            match &self.inner.scope {
+                Some(scope) => Box::pin(with_scope(scope.clone(), call)),
+                None => call,
+            };
+        let outcome = match &self.inner.store {
+            Some(store) => with_store(Arc::clone(store), call).await,
+            None => call.await,
+        };
+        match outcome {
+            Ok(output) => Ok(self.success_result(name, output, client_key.as_deref())),
+            Err(Error::UnknownTool { name, suggestion }) => {
+                let message = Error::UnknownTool {
+                    name: name.clone(),
+                    suggestion: suggestion.clone(),
+                }
+                .to_string();
+                Err(ErrorData::new(
+                    ErrorCode::INVALID_PARAMS,
+                    message,
+                    Some(json!({ "code": "unknown_tool", "tool": name, "suggestion": suggestion })),
+                ))
+            }
+            Err(e) => Ok(self.error_result(name, e, client_key.as_deref())),
+        }
+    }
+
+    /// The one place that reads a [`ToolOutput`]: its value shaped as the tool publishes it,
+    /// its outcome and key in `_meta`.
+    fn success_result(
+        &self,
+        name: &str,
+        output: ToolOutput,
+        client_key: Option<&str>,
+    ) -> CallToolResult {
+        let shape = self
+            .inner
+            .shapes
+            .get(name)
+            .copied()
+            .unwrap_or(OutputShape::Unknown);
+        let ToolOutput {
+            value,
+            key,
+            outcome,
+            ..
+        } = output;
+        let (outcome, key) = (outcome.as_str(), key.as_deref());
+        let structured = match shape {
+            OutputShape::Object => Some(value),
+            OutputShape::Wrapped => Some(json!({ WRAPPED_RESULT_FIELD: value })),
+            OutputShape::Unknown if value.is_object() => Some(value),
+            OutputShape::Unknown => {
+                let text = value.to_string();
+                let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+                result.meta = Some(call_meta(outcome, key, client_key, None));
+                return result;
+            }
+        };
+        let text = structured
+            .as_ref()
+            .map_or_else(String::new, Value::to_string);
+        let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+        result.structured_content = structured;
+        result.meta = Some(call_meta(outcome, key, client_key, None));
+        result
+    }
+
+    fn error_result(&self, name: &str, error: Error, client_key: Option<&str>) -> CallToolResult {
+        let outcome = match error {
+            Error::ToolFailed { .. } => "failed",
+            _ => "rejected",
+        };
+        tracing::debug!(tool = name, code = error.code(), key = ?error.key(), "tool-contracts: MCP call answered with an error result");
+        let mut result = CallToolResult::error(vec![ContentBlock::text(error.to_string())]);
+        result.meta = Some(call_meta(outcome, error.key(), client_key, Some(&error)));
+        result
+    }
+}
+
+impl ServerHandler for McpServer {
+    fn get_info(&self) -> ServerConfig {
+        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
+        info.server_info = Implementation::new(self.inner.name.clone(), self.inner.version.clone());
+        info.instructions = self.inner.instructions.clone();
+        info
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        // `ListToolsResult` is `#[non_exhaustive]` without a constructor: no struct literal.
+        #[allow(clippy::field_reassign_with_default)]
+        let result = {
+            let mut result = ListToolsResult::default();
+            result.tools = self.inner.tools.clone();
+            result
+        };
+        Ok(result)
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.inner.tools.iter().find(|t| t.name == name).cloned()
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let name = request.name.to_string();
+        // rmcp moves the request's `_meta` into the context; typed params keep none.
+        let mut meta = context.meta.0 .0.clone();
+        if let Some(params_meta) = &request.meta {
+            for (k, v) in params_meta.0 .0.iter() {
+                meta.entry(k.clone()).or_insert_with(|| v.clone());
+            }
+        }
+        let in_params = transport::params_idempotency_key(&context);
+        let client_key = match client_key_of(&name, meta.get(CLIENT_KEY_META_KEY), in_params) {
+            Ok(k) => k,
+            Err(e) => return Ok(self.error_result(&name, e, None).into()),
+        };
+        self.call(&name, request.arguments, client_key)
+            .await
+            .map(Into::into)
+    }
+}
+
+/// The client key of a request, from `_meta` or from `params.idempotencyKey` (kept beside
+/// the message by the transport, see `transport.rs`). Both present and different is an
+/// error.
+fn client_key_of<'a>(
+    tool: &str,
+    in_meta: Option<&'a Value>,
+    in_params: Option<&'a Value>,
+) -> Result<Option<&'a Value>, Error> {
+    match (in_meta, in_params) {
+        (Some(a), Some(b)) if a != b => Err(Error::InvalidArguments {
+            tool: tool.to_owned(),
+            field: Some(CLIENT_KEY_PARAM.to_owned()),
+            message: format!(
+                "the request carries two different client idempotency keys, `params.{CLIENT_KEY_PARAM}` and `_meta[\"{CLIENT_KEY_META_KEY}\"]`; nothing ran. Send one of them"
+            ),
+        }),
+        (Some(k), _) | (None, Some(k)) => Ok(Some(k)),
+        (None, None) => Ok(None),
+    }
+}
+
+/// A client key: a string of 1 to 255 characters without control characters.
+fn validate_client_key(tool: &str, key: &Value) -> Result<String, Error> {
+    let invalid = |message: String| Error::InvalidArguments {
+        tool: tool.to_owned(),
+        field: Some(CLIENT_KEY_PARAM.to_owned()),
+        message,
+    };
+    let Value::String(key) = key else {
+        return Err(invalid(format!(
+            "the client idempotency key must be a string of 1 to {CLIENT_KEY_MAX_CHARS} characters, not {key}; nothing ran. Send the same string with every retry of one intent"
+        )));
+    };
+    let chars = key.chars().count();
+    if chars == 0 || chars > CLIENT_KEY_MAX_CHARS {
+        return Err(invalid(format!(
+            "the client idempotency key has {chars} characters; it must have 1 to {CLIENT_KEY_MAX_CHARS}, nothing ran. Send a shorter id (a UUID fits), the same with every retry of one intent"
+        )));
+    }
+    if let Some(c) = key.chars().find(|c| c.is_control()) {
+        return Err(invalid(format!(
+            "the client idempotency key contains the control character {c:?}; nothing ran. Send printable text, the same with every retry of one intent"
+        )));
+    }
+    Ok(key.clone())
+}
+
+fn call_meta(
+    outcome: &str,
+    key: Option<&str>,
+    client_key: Option<&str>,
+    error: Option<&Error>,
+) -> MetaObject {
+    let mut call = Map::new();
+    call.insert("outcome".into(), outcome.into());
+    call.insert("replayed".into(), (outcome == "replayed").into());
+    call.insert("key".into(), key.map_or(Value::Null, Value::from));
+    if let Some(k) = client_key {
+        call.insert("clientKey".into(), k.into());
+    }
+    if let Some(e) = error {
+        call.insert("error".into(), e.code().into());
+    }
+    let mut meta = Map::new();
+    meta.insert(CALL_META_KEY.to_owned(), Value::Object(call));
+    MetaObject(meta)
+}
+
+/// Whether a JSON Schema describes an object at its root (what MCP requires of an output
+/// schema).
+fn is_object_schema(schema: &Value) -> bool {
+    schema.get("type").and_then(Value::as_str) == Some("object")
+}
+
+/// Wraps a non-object result schema as `{"type":"object","properties":{"result":…}}`,
+/// keeping `$schema` and `$defs` at the root where the inner `$ref`s point.
+fn wrap_schema(schema: Value) -> Value {
+    let mut root = Map::new();
+    let inner = match schema {
+        Value::Object(mut inner) => {
+            if let Some(dialect) = inner.remove("$schema") {
+                root.insert("$schema".into(), dialect);
+            }
+            let defs = inner.remove("$defs");
+            let title = inner.remove("title");
+            root.insert("type".into(), "object".into());
+            if let Some(Value::String(title)) = title {
+                root.insert("title".into(), title.clone().into());
+                inner.insert("title".into(), title.into());
+            }
+            root.insert(
+                "properties".into(),
+                json!({ WRAPPED_RESULT_FIELD: Value::Object(inner) }),
+            );
+            if let Some(defs) = defs {
+                root.insert("$defs".into(), defs);
+            }
+            root.insert("required".into(), json!([WRAPPED_RESULT_FIELD]));
+            return Value::Object(root);
+        }
+        other => other,
+    };
+    root.insert("type".into(), "object".into());
+    root.insert("properties".into(), json!({ WRAPPED_RESULT_FIELD: inner }));
+    root.insert("required".into(), json!([WRAPPED_RESULT_FIELD]));
+    Value::Object(root)
+}
+
+/// A tool as published in `tools/list`, and how its results map to structured content.
+pub(super) fn tool_json(descriptor: &ToolDescriptor) -> (Value, OutputShape) {
+    let mut tool = descriptor.to_mcp_json();
+    let shape = match descriptor.output_schema() {
+        Some(schema) if is_object_schema(&schema) => OutputShape::Object,
+        Some(schema) => {
+            if let Value::Object(tool) = &mut tool {
+                tool.insert("outputSchema".into(), wrap_schema(schema));
+            }
+            OutputShape::Wrapped
+        }
+        None => OutputShape::Unknown,
+    };
+    (tool, shape)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_keys_are_one_to_255_printable_characters() {
+        assert_eq!(validate_client_key("t", &json!("a")).unwrap(), "a");
+        assert!(validate_client_key("t", &json!("é".repeat(255))).is_ok());
+        for bad in [
+            json!(""),
+            json!("x".repeat(256)),
+            json!("a\nb"),
+            json!("a\u{7f}"),
+            json!(7),
+            json!(null),
+        ] {
+            let e = validate_client_key("t", &bad).unwrap_err();
+            assert_eq!(e.code(), "invalid_arguments");
+            assert!(e.to_string().contains("idempotency key"), "{e}");
+            assert!(e.to_string().contains("nothing ran"), "{e}");
+        }
+    }
+
+    #[test]
+    fn two_different_client_keys_are_refused_and_equal_ones_accepted() {
+        let (a, b) = (json!("a"), json!("b"));
+        assert_eq!(client_key_of("t", Some(&a), None).unwrap(), Some(&a));
+        assert_eq!(client_key_of("t", None, Some(&a)).unwrap(), Some(&a));
+        assert_eq!(client_key_of("t", Some(&a), Some(&a)).unwrap(), Some(&a));
+        let e = client_key_of("t", Some(&a), Some(&b)).unwrap_err();
+        assert!(e.to_string().contains("two different"), "{e}");
+        assert_eq!(client_key_of("t", None, None).unwrap(), None);
+    }
+
+    #[test]
+    fn a_non_object_result_schema_is_wrapped_with_its_defs_at_the_root() {
+        let schema = json!({
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "title": "Nullable_Order",
+            "anyOf": [{"$ref": "#/$defs/Order"}, {"type": "null"}],
+            "$defs": {"Order": {"type": "object", "properties": {"id": {"type": "integer"}}}}
+        });
+        let wrapped = wrap_schema(schema);
+        assert!(is_object_schema(&wrapped));
+        assert_eq!(wrapped["required"], json!(["result"]));
+        assert_eq!(
+            wrapped["$schema"],
+            "https://json-schema.org/draft/2020-12/schema"
+        );
+        assert!(wrapped["$defs"]["Order"].is_object());
+        assert!(wrapped["properties"]["result"].get("$defs").is_none());
+        assert_eq!(
+            wrapped["properties"]["result"]["anyOf"][0]["$ref"],
+            "#/$defs/Order"
+        );
+        let wrapped = wrap_schema(json!({"type": "string"}));
+        assert_eq!(
+            wrapped,
+            json!({"type":"object","properties":{"result":{"type":"string"}},"required":["result"]})
+        );
+        let wrapped = wrap_schema(json!(true));
+        assert_eq!(wrapped["properties"]["result"], json!(true));
+    }
+}

@@ -1,0 +1,209 @@
+//! Serve a [`Registry`] as an MCP server, with the official Rust SDK [`rmcp`].
+//!
+//! ```no_run
+//! # use tool_contracts_runtime as tool_contracts;
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! // Every tool linked into the program, over stdio (what desktop MCP clients launch):
+//! tool_contracts::mcp::serve_stdio(tool_contracts::registry()).await?;
+//! // …or over streamable HTTP at http://127.0.0.1:8080/mcp:
+//! tool_contracts::mcp::serve_http(tool_contracts::registry(), "127.0.0.1:8080".parse()?).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! [`McpServer`] implements rmcp's [`ServerHandler`](rmcp::ServerHandler) by hand (the tool set is dynamic), so it
+//! also runs on any other rmcp transport: `McpServer::new(registry).serve(transport)`.
+//!
+//! What the server answers (the full contract is in `docs/mcp.md`):
+//!
+//! - `tools/list`: every tool's `name`, `description`, `inputSchema`, `outputSchema`,
+//!   `annotations` and, under `_meta["dev.tool-contracts/idempotency"]`, its idempotency
+//!   contract. A result type whose schema is not an object is published wrapped as
+//!   `{"result": <schema>}` (MCP requires an object), and its results are wrapped alike.
+//! - `tools/call`: runs the call through the dedup engine ([`Registry::call`]) and answers
+//!   with `structuredContent` and a text block carrying the same JSON. Contract failures
+//!   (key reused, in progress, outcome unknown, invalid arguments, store down) and the
+//!   tool's own errors are results with `isError: true` whose text says what happened,
+//!   which key, and what to do next. An unknown tool is a JSON-RPC error (`-32602`).
+//!   Every result carries `_meta["dev.tool-contracts/call"]`:
+//!   `{"outcome": "executed" | "replayed" | "reconciled" | "rejected" | "failed", "replayed",
+//!   "key", …}`.
+//! - A client may send its own intent key, as `params.idempotencyKey` or
+//!   `params._meta["dev.tool-contracts/idempotencyKey"]` (1 to 255 characters, no control
+//!   characters). It is folded into the key as a scope `client:<key>` inside any scope the
+//!   server has, so it narrows a key and can never merge two intents or reach another
+//!   tenant's results.
+//!
+//! The module is split by concern: this file holds the server type and its builder,
+//! `handler.rs` what the server answers (`tools/list`, `tools/call`, results, `_meta`, client
+//! keys), `transport.rs` how it is served (stdio and streamable HTTP, on rmcp's transports).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use rmcp::model::Tool;
+
+use crate::registry::Registry;
+use crate::store::Store;
+
+mod handler;
+#[cfg(test)]
+mod tests;
+mod transport;
+
+pub use transport::{serve_http, serve_stdio};
+
+/// Re-exported: the MCP SDK this module is built on, for its transports and model types.
+pub use ::rmcp;
+
+/// `_meta` key of a tool's idempotency contract in `tools/list`.
+pub const IDEMPOTENCY_META_KEY: &str = "dev.tool-contracts/idempotency";
+/// `_meta` key of a `tools/call` result's outcome: `{"outcome", "replayed", "key", …}`.
+pub const CALL_META_KEY: &str = "dev.tool-contracts/call";
+/// Request `_meta` key under which a client sends its own intent key.
+pub const CLIENT_KEY_META_KEY: &str = "dev.tool-contracts/idempotencyKey";
+/// The `tools/call` parameter under which a client may send its own intent key (the shape
+/// of the MCP idempotency proposal).
+pub const CLIENT_KEY_PARAM: &str = "idempotencyKey";
+/// The longest client key accepted, in characters.
+pub const CLIENT_KEY_MAX_CHARS: usize = 255;
+/// The member a non-object result is wrapped in: `{"result": <value>}`.
+pub const WRAPPED_RESULT_FIELD: &str = "result";
+
+/// An MCP server over a [`Registry`]: implements rmcp's [`ServerHandler`](rmcp::ServerHandler), so it runs on
+/// any rmcp transport; [`serve_stdio`](McpServer::serve_stdio) and
+/// [`serve_http`](McpServer::serve_http) cover the two standard ones.
+///
+/// Cheap to clone (everything is shared).
+#[derive(Clone)]
+pub struct McpServer {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    registry: Registry,
+    store: Option<Arc<dyn Store>>,
+    scope: Option<String>,
+    name: String,
+    version: String,
+    instructions: Option<String>,
+    tools: Vec<Tool>,
+    shapes: HashMap<&'static str, handler::OutputShape>,
+}
+
+impl core::fmt::Debug for McpServer {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("McpServer")
+            .field("name", &self.inner.name)
+            .field("tools", &self.inner.registry)
+            .field("scope", &self.inner.scope)
+            .field("store", &self.inner.store.as_ref().map(|_| "custom"))
+            .finish()
+    }
+}
+
+impl From<Registry> for McpServer {
+    fn from(registry: Registry) -> Self {
+        McpServer::new(registry)
+    }
+}
+
+impl From<&Registry> for McpServer {
+    fn from(registry: &Registry) -> Self {
+        McpServer::new(registry.clone())
+    }
+}
+
+const DEFAULT_INSTRUCTIONS: &str = "Tools marked mutating in `_meta[\"dev.tool-contracts/idempotency\"]` are idempotent by their key fields: repeating a call with the same key fields returns the first call's stored result and does nothing again, so retrying after a timeout or lost answer is safe. Change only what the intent is about to make a new call; a retry must repeat the same arguments.";
+
+impl McpServer {
+    /// A server for these tools, using the process's store
+    /// ([`set_default_store`](crate::set_default_store)) and no scope.
+    pub fn new(registry: Registry) -> Self {
+        let mut tools = Vec::with_capacity(registry.len());
+        let mut shapes = HashMap::with_capacity(registry.len());
+        for descriptor in registry.iter() {
+            let (json, shape) = handler::tool_json(descriptor);
+            shapes.insert(descriptor.name(), shape);
+            match serde_json::from_value::<Tool>(json) {
+                Ok(tool) => tools.push(tool),
+                // Our descriptors always produce a valid tool; never hide one silently.
+                Err(e) => {
+                    tracing::error!(tool = descriptor.name(), error = %e, "tool-contracts: tool cannot be published over MCP")
+                }
+            }
+        }
+        McpServer {
+            inner: Arc::new(Inner {
+                registry,
+                store: None,
+                scope: None,
+                name: "tool-contracts".to_owned(),
+                version: env!("CARGO_PKG_VERSION").to_owned(),
+                instructions: Some(DEFAULT_INSTRUCTIONS.to_owned()),
+                tools,
+                shapes,
+            }),
+        }
+    }
+
+    fn map(self, f: impl FnOnce(&mut Inner)) -> Self {
+        let mut inner = match Arc::try_unwrap(self.inner) {
+            Ok(inner) => inner,
+            Err(shared) => Inner {
+                registry: shared.registry.clone(),
+                store: shared.store.clone(),
+                scope: shared.scope.clone(),
+                name: shared.name.clone(),
+                version: shared.version.clone(),
+                instructions: shared.instructions.clone(),
+                tools: shared.tools.clone(),
+                shapes: shared.shapes.clone(),
+            },
+        };
+        f(&mut inner);
+        McpServer {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// Runs every call with this store (rmcp runs each request in its own task, where a
+    /// store installed with [`with_store`](crate::with_store) around the server is not seen).
+    pub fn with_store<S: Store>(self, store: S) -> Self {
+        let store: Arc<dyn Store> = Arc::new(store);
+        self.map(|inner| inner.store = Some(store))
+    }
+
+    /// Folds `scope` (a tenant, a deployment) into every key this server makes; client
+    /// keys nest inside it. An invalid scope (empty, control characters) makes every
+    /// mutating call fail with an `isError` result.
+    pub fn with_scope(self, scope: impl Into<String>) -> Self {
+        let scope = scope.into();
+        self.map(|inner| inner.scope = Some(scope))
+    }
+
+    /// The name and version announced in `serverInfo` (default: `tool-contracts` and this
+    /// crate's version).
+    pub fn with_server_info(self, name: impl Into<String>, version: impl Into<String>) -> Self {
+        let (name, version) = (name.into(), version.into());
+        self.map(|inner| {
+            inner.name = name;
+            inner.version = version;
+        })
+    }
+
+    /// The `instructions` sent at initialization (default: a paragraph telling the model
+    /// that mutating tools are safe to retry with the same arguments); `None` sends none.
+    pub fn with_instructions(self, instructions: Option<String>) -> Self {
+        self.map(|inner| inner.instructions = instructions)
+    }
+
+    /// The registry served.
+    pub fn registry(&self) -> &Registry {
+        &self.inner.registry
+    }
+
+    /// The tools as published in `tools/list`.
+    pub fn tools(&self) -> &[Tool] {
+        &self.inner.tools
+    }
+}

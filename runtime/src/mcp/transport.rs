@@ -1,0 +1,377 @@
+//! How the server is served: stdio (newline-delimited JSON-RPC) and streamable HTTP, on
+//! rmcp's own transports.
+//!
+//! - Streamable HTTP is rmcp's [`StreamableHttpService`] routed at `/mcp` in an
+//!   [`axum::Router`] and served by [`axum::serve()`] with graceful shutdown, as rmcp's own
+//!   examples do. rmcp checks the `Host` (DNS-rebinding protection), the sessions and the
+//!   body limit.
+//! - Stdio frames lines with rmcp's [`JsonRpcMessageCodec`] and answers through rmcp's
+//!   writer ([`TransportWriter`]).
+//!
+//! # The one workaround: `params.idempotencyKey`
+//!
+//! rmcp 3.11 decodes `tools/call` parameters into [`CallToolRequestParams`]
+//! (`rmcp::model`), a struct with `_meta`, `name`, `arguments`, `inputResponses` and
+//! `requestState` only and no catch-all member, so serde drops every other member of
+//! `params`: a client key sent as `params.idempotencyKey` (the shape of the MCP idempotency
+//! proposal) never reaches [`ServerHandler::call_tool`](rmcp::ServerHandler::call_tool).
+//! Each transport therefore reads that one member from the raw message before rmcp decodes
+//! it, and hands it to the handler out of band as a [`ParamsIdempotencyKey`] extension; the
+//! message itself is never rewritten:
+//!
+//! - over HTTP, a route layer ([`keep_params_idempotency_key`]) reads the body and puts the
+//!   key in the HTTP request's extensions, which rmcp passes on to the handler inside
+//!   [`http::request::Parts`](axum::http::request::Parts);
+//! - over stdio, each line is decoded as a [`KeyedMessage`] (rmcp's message type plus that
+//!   member), which puts the key in the message's own extensions. rmcp's stdio transport
+//!   (`AsyncRwTransport`) decodes straight into rmcp's message type with no hook, so
+//!   [`LineTransport`] replaces its read loop, on rmcp's codec.
+//!
+//! `rmcp_still_drops_unknown_tools_call_params` (in `tests.rs`) fails once rmcp keeps such
+//! members: then this workaround can go. Without it, `params_idempotency_key_reaches_the_
+//! handler_over_stdio` (`tests.rs`) and `over_http_each_client_key_in_params_is_its_own_
+//! intent` (`tests/mcp_e2e.rs`) fail.
+//!
+//! [`CallToolRequestParams`]: rmcp::model::CallToolRequestParams
+
+use std::future::{Future, IntoFuture};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use futures::{SinkExt, StreamExt};
+use rmcp::model::JsonRpcMessage;
+use rmcp::service::{RequestContext, RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::async_rw::{
+    JsonRpcMessageCodec, JsonRpcMessageCodecError, TransportWriter, DEFAULT_MAX_LINE_LENGTH,
+};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService, Transport};
+use rmcp::{ErrorData, ServiceExt};
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::Mutex;
+use tokio_util::bytes::BytesMut;
+use tokio_util::codec::{Decoder, FramedRead};
+use tokio_util::sync::CancellationToken;
+
+use super::{McpServer, CLIENT_KEY_PARAM};
+
+/// The largest HTTP request body accepted (rmcp's default too); larger ones get `413`.
+const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+impl McpServer {
+    /// Serves over stdin/stdout (newline-delimited JSON-RPC) until the client closes stdin.
+    pub async fn serve_stdio(self) -> std::io::Result<()> {
+        let (stdin, stdout) = rmcp::transport::stdio();
+        self.serve_io(stdin, stdout).await
+    }
+
+    /// Serves over any byte stream pair carrying newline-delimited JSON-RPC (stdio's
+    /// framing), until `reader` ends: a child process's pipes, a socket, or an in-memory
+    /// [`tokio::io::duplex`] in tests. Unlike passing the pair to rmcp directly, this accepts
+    /// a client key sent as `params.idempotencyKey`.
+    pub async fn serve_io<R, W>(self, reader: R, writer: W) -> std::io::Result<()>
+    where
+        R: AsyncRead + Send + Unpin + 'static,
+        W: AsyncWrite + Send + Unpin + 'static,
+    {
+        match self.serve(LineTransport::new(reader, writer)).await {
+            Ok(running) => running
+                .waiting()
+                .await
+                .map(drop)
+                .map_err(|e| std::io::Error::other(format!("the MCP service task failed: {e}"))),
+            Err(e) => Err(std::io::Error::other(format!(
+                "the MCP session did not start: {e}"
+            ))),
+        }
+    }
+
+    /// Serves streamable HTTP at `http://<addr>/mcp` until the process ends.
+    pub async fn serve_http(self, addr: SocketAddr) -> std::io::Result<()> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        self.serve_http_listener(listener, core::future::pending::<()>())
+            .await
+    }
+
+    /// Serves streamable HTTP at `/mcp` on a bound listener until `shutdown` completes:
+    /// then it stops accepting connections, ends rmcp's sessions and event streams, and
+    /// returns once the requests in flight are answered. Binding port 0 and reading
+    /// [`local_addr`](tokio::net::TcpListener::local_addr) gives a free port.
+    ///
+    /// Requests are accepted for the hosts `localhost`, `127.0.0.1` and `::1` only (rmcp's
+    /// DNS-rebinding protection); put a reverse proxy in front to serve other names. Any
+    /// other path is `404`, a body over 4 MiB `413`.
+    pub async fn serve_http_listener(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl Future<Output = ()>,
+    ) -> std::io::Result<()> {
+        let stop = CancellationToken::new();
+        let serving = axum::serve(listener, self.router(stop.child_token()))
+            .with_graceful_shutdown(stop.clone().cancelled_owned())
+            .into_future();
+        let mut serving = core::pin::pin!(serving);
+        // `shutdown` is polled here rather than handed to axum, which would need it `Send`
+        // and `'static`.
+        tokio::select! {
+            result = &mut serving => return result,
+            () = shutdown => stop.cancel(),
+        }
+        serving.await
+    }
+
+    /// `/mcp` is rmcp's streamable HTTP service (its sessions end when `stop` is
+    /// cancelled); every other path is `404`.
+    fn router(self, stop: CancellationToken) -> axum::Router {
+        let server = self;
+        let mcp = StreamableHttpService::new(
+            move || Ok(server.clone()),
+            Arc::new(LocalSessionManager::default()),
+            StreamableHttpServerConfig::default()
+                .with_cancellation_token(stop)
+                .with_max_request_body_bytes(MAX_BODY_BYTES),
+        );
+        axum::Router::new()
+            .route_service("/mcp", mcp)
+            .route_layer(axum::middleware::from_fn(keep_params_idempotency_key))
+            .fallback(|| async {
+                (
+                    StatusCode::NOT_FOUND,
+                    "the MCP endpoint of this server is /mcp",
+                )
+            })
+    }
+}
+
+/// Serves `registry` over stdin/stdout until the client closes stdin.
+///
+/// `serve_stdio(tool_contracts::registry())` serves every tool linked into the program;
+/// pass an [`McpServer`] to choose its store or scope.
+pub async fn serve_stdio(registry: impl Into<McpServer>) -> std::io::Result<()> {
+    registry.into().serve_stdio().await
+}
+
+/// Serves `registry` over streamable HTTP at `http://<addr>/mcp` until the process ends.
+pub async fn serve_http(registry: impl Into<McpServer>, addr: SocketAddr) -> std::io::Result<()> {
+    registry.into().serve_http(addr).await
+}
+
+/// A `tools/call`'s `params.idempotencyKey`, which rmcp's `CallToolRequestParams` drops (see
+/// the module docs): carried beside the message as an extension, where no client can set it.
+#[derive(Debug, Clone)]
+pub(super) struct ParamsIdempotencyKey(pub(super) Value);
+
+/// The `params.idempotencyKey` of a `tools/call` request, if it has one.
+fn params_idempotency_key_of(message: &Value) -> Option<Value> {
+    if message.get("method").and_then(Value::as_str) != Some("tools/call") {
+        return None;
+    }
+    message.get("params")?.get(CLIENT_KEY_PARAM).cloned()
+}
+
+/// The `params.idempotencyKey` a transport kept for this request: in the message's
+/// extensions (stdio) or in those of the HTTP request that carried it.
+pub(super) fn params_idempotency_key(context: &RequestContext<RoleServer>) -> Option<&Value> {
+    context
+        .extensions
+        .get::<ParamsIdempotencyKey>()
+        .or_else(|| {
+            context
+                .extensions
+                .get::<axum::http::request::Parts>()?
+                .extensions
+                .get::<ParamsIdempotencyKey>()
+        })
+        .map(|key| &key.0)
+}
+
+/// HTTP half of the workaround (see the module docs): reads a POST body (one JSON-RPC
+/// message) and keeps its `params.idempotencyKey` in the request's extensions; the body
+/// goes on to rmcp unchanged.
+async fn keep_params_idempotency_key(request: Request, next: Next) -> Response {
+    if request.method() != Method::POST {
+        return next.run(request).await;
+    }
+    let (mut parts, body) = request.into_parts();
+    let bytes = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            return (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "the request body could not be read or exceeds {MAX_BODY_BYTES} bytes: {e}"
+                ),
+            )
+                .into_response()
+        }
+    };
+    // Not JSON: rmcp answers it.
+    if let Ok(message) = serde_json::from_slice::<Value>(&bytes) {
+        if let Some(key) = params_idempotency_key_of(&message) {
+            parts.extensions.insert(ParamsIdempotencyKey(key));
+        }
+    }
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
+}
+
+/// Stdio half of the workaround (see the module docs): one client message as rmcp decodes
+/// it, with a `tools/call`'s `params.idempotencyKey` kept in its extensions.
+struct KeyedMessage(RxJsonRpcMessage<RoleServer>);
+
+impl<'de> Deserialize<'de> for KeyedMessage {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        // Not JSON fails here, with serde_json's syntax error; not a message fails below,
+        // with a data error: the two cases rmcp's codec and `LineTransport` tell apart.
+        let value = Value::deserialize(deserializer)?;
+        let key = params_idempotency_key_of(&value);
+        let mut message =
+            RxJsonRpcMessage::<RoleServer>::deserialize(value).map_err(D::Error::custom)?;
+        if let Some(key) = key {
+            message.insert_extension(ParamsIdempotencyKey(key));
+        }
+        Ok(KeyedMessage(message))
+    }
+}
+
+/// What one line from the client is.
+enum Line {
+    /// A client message.
+    Message(Box<RxJsonRpcMessage<RoleServer>>),
+    /// Well-formed JSON that is no MCP message: answered with an Invalid Request error.
+    NotAMessage,
+}
+
+/// rmcp's line codec ([`JsonRpcMessageCodec`], with rmcp's line limit) decoding
+/// [`KeyedMessage`]s, and the policy of rmcp's `AsyncRwTransport` for what is not a message:
+/// a line that is not JSON or longer than the limit is dropped, well-formed JSON that is no
+/// message is [`Line::NotAMessage`], and the stream goes on in every case.
+struct LineCodec(JsonRpcMessageCodec<KeyedMessage>);
+
+impl Decoder for LineCodec {
+    type Item = Line;
+    type Error = std::io::Error;
+
+    fn decode(&mut self, buf: &mut BytesMut) -> std::io::Result<Option<Line>> {
+        loop {
+            let before = buf.len();
+            match self.0.decode(buf) {
+                Ok(Some(KeyedMessage(message))) => {
+                    return Ok(Some(Line::Message(Box::new(message))))
+                }
+                // rmcp's codec also answers `None` after skipping a line (a notification
+                // outside MCP): decode on while it consumes lines.
+                Ok(None) if buf.len() < before => {}
+                Ok(None) => return Ok(None),
+                Err(JsonRpcMessageCodecError::Serde(e))
+                    if e.classify() == serde_json::error::Category::Data =>
+                {
+                    tracing::debug!(error = %e, "tool-contracts: MCP line is no MCP message");
+                    return Ok(Some(Line::NotAMessage));
+                }
+                Err(JsonRpcMessageCodecError::Serde(e)) => {
+                    tracing::debug!(error = %e, "tool-contracts: MCP line is not JSON, ignored");
+                }
+                Err(JsonRpcMessageCodecError::MaxLineLengthExceeded) => {
+                    tracing::error!(
+                        max_line_length = DEFAULT_MAX_LINE_LENGTH,
+                        "tool-contracts: MCP line longer than the limit, discarded"
+                    );
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    fn decode_eof(&mut self, buf: &mut BytesMut) -> std::io::Result<Option<Line>> {
+        let line = self.decode(buf)?;
+        if line.is_none() {
+            // A last line without its newline is incomplete: nothing to deliver (as in
+            // rmcp's `AsyncRwTransport`).
+            buf.clear();
+        }
+        Ok(line)
+    }
+}
+
+/// rmcp's stdio transport with its read loop on [`LineCodec`]: reads with rmcp's codec,
+/// writes with rmcp's writer.
+struct LineTransport<R, W> {
+    lines: FramedRead<R, LineCodec>,
+    writer: Arc<Mutex<Option<TransportWriter<RoleServer, W>>>>,
+}
+
+impl<R: AsyncRead, W: AsyncWrite> LineTransport<R, W> {
+    fn new(reader: R, writer: W) -> Self {
+        let codec = JsonRpcMessageCodec::new_with_max_length(DEFAULT_MAX_LINE_LENGTH);
+        LineTransport {
+            lines: FramedRead::new(reader, LineCodec(codec)),
+            writer: Arc::new(Mutex::new(Some(TransportWriter::<RoleServer, W>::new(
+                writer,
+                JsonRpcMessageCodec::default(),
+            )))),
+        }
+    }
+}
+
+impl<R, W> Transport<RoleServer> for LineTransport<R, W>
+where
+    R: AsyncRead + Send + Unpin + 'static,
+    W: AsyncWrite + Send + Unpin + 'static,
+{
+    type Error = std::io::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleServer>,
+    ) -> impl Future<Output = std::io::Result<()>> + Send + 'static {
+        let writer = Arc::clone(&self.writer);
+        async move {
+            match writer.lock().await.as_mut() {
+                Some(writer) => writer.send(item).await.map_err(Into::into),
+                None => Err(std::io::Error::new(
+                    std::io::ErrorKind::NotConnected,
+                    "the MCP transport is closed",
+                )),
+            }
+        }
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
+        loop {
+            match self.lines.next().await? {
+                Ok(Line::Message(message)) => return Some(*message),
+                Ok(Line::NotAMessage) => {
+                    // Sent from its own task: `receive` may be cancelled at any await.
+                    let reply = JsonRpcMessage::error(
+                        ErrorData::invalid_request("Invalid request", None),
+                        None,
+                    );
+                    let send = self.send(reply);
+                    tokio::spawn(async move {
+                        if let Err(e) = send.await {
+                            tracing::debug!(error = %e, "tool-contracts: MCP error reply not sent");
+                        }
+                    });
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "tool-contracts: MCP input unreadable");
+                    return None;
+                }
+            }
+        }
+    }
+
+    async fn close(&mut self) -> std::io::Result<()> {
+        drop(self.writer.lock().await.take());
+        Ok(())
+    }
+}
