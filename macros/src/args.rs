@@ -353,34 +353,39 @@ fn expect_eq(input: ParseStream, kw: &Ident, example: &str) -> syn::Result<()> {
     }
 }
 
-fn parse_str(input: ParseStream, kw: &Ident, example: &str) -> syn::Result<LitStr> {
-    expect_eq(input, kw, example)?;
-    if input.peek(LitStr) {
-        return input.parse();
-    }
+/// An error spanned at the next token (the one the user must change), or at the end.
+fn at_next(input: ParseStream, message: String) -> syn::Error {
     let span = input
         .cursor()
         .token_tree()
         .map_or(input.span(), |(tt, _)| tt.span());
-    Err(syn::Error::new(
-        span,
-        format!("expected a string literal: write `{kw} = {example}`"),
+    syn::Error::new(span, message)
+}
+
+/// `= <literal>`, where `peek` says whether the next token is the literal expected (`what`).
+fn parse_lit<T: syn::parse::Parse>(
+    input: ParseStream,
+    kw: &Ident,
+    example: &str,
+    peek: fn(ParseStream) -> bool,
+    what: &str,
+) -> syn::Result<T> {
+    expect_eq(input, kw, example)?;
+    if peek(input) {
+        return input.parse();
+    }
+    Err(at_next(
+        input,
+        format!("expected {what}: write `{kw} = {example}`"),
     ))
 }
 
+fn parse_str(input: ParseStream, kw: &Ident, example: &str) -> syn::Result<LitStr> {
+    parse_lit(input, kw, example, |i| i.peek(LitStr), "a string literal")
+}
+
 fn parse_int(input: ParseStream, kw: &Ident) -> syn::Result<LitInt> {
-    expect_eq(input, kw, "2")?;
-    if input.peek(LitInt) {
-        return input.parse();
-    }
-    let span = input
-        .cursor()
-        .token_tree()
-        .map_or(input.span(), |(tt, _)| tt.span());
-    Err(syn::Error::new(
-        span,
-        format!("expected an integer: write `{kw} = 2`"),
-    ))
+    parse_lit(input, kw, "2", |i| i.peek(LitInt), "an integer")
 }
 
 /// `option = path::to::function`: a path, never a string or a call.
@@ -399,12 +404,8 @@ fn parse_fn_path(input: ParseStream, kw: &Ident, example: &str) -> syn::Result<s
     let starts_path =
         input.peek(Ident::peek_any) || input.peek(Token![::]) || input.peek(Token![<]);
     if !starts_path {
-        let span = input
-            .cursor()
-            .token_tree()
-            .map_or(input.span(), |(tt, _)| tt.span());
-        return Err(syn::Error::new(
-            span,
+        return Err(at_next(
+            input,
             format!("expected a path to a function: write `{kw} = {example}`"),
         ));
     }
@@ -431,19 +432,8 @@ fn parse_flag(input: ParseStream, kw: &Ident, bare: bool) -> syn::Result<Flag> {
     if bare && (input.is_empty() || input.peek(Token![,])) {
         return Ok(Flag { value: true });
     }
-    expect_eq(input, kw, "true")?;
-    if input.peek(LitBool) {
-        let lit: LitBool = input.parse()?;
-        return Ok(Flag { value: lit.value });
-    }
-    let span = input
-        .cursor()
-        .token_tree()
-        .map_or(input.span(), |(tt, _)| tt.span());
-    Err(syn::Error::new(
-        span,
-        format!("expected `true` or `false`: write `{kw} = true`"),
-    ))
+    let lit: LitBool = parse_lit(input, kw, "true", |i| i.peek(LitBool), "`true` or `false`")?;
+    Ok(Flag { value: lit.value })
 }
 
 fn parse_key_fields(input: ParseStream, errors: &mut Errors) -> syn::Result<KeyFields> {
@@ -453,11 +443,7 @@ fn parse_key_fields(input: ParseStream, errors: &mut Errors) -> syn::Result<KeyF
     }
     input.parse::<Token![=]>()?;
     if !input.peek(token::Bracket) {
-        let span = input
-            .cursor()
-            .token_tree()
-            .map_or(input.span(), |(tt, _)| tt.span());
-        return Err(syn::Error::new(span, format!("expected `[`: {EXAMPLE}")));
+        return Err(at_next(input, format!("expected `[`: {EXAMPLE}")));
     }
     let content;
     let bracket = bracketed!(content in input);
@@ -589,6 +575,7 @@ pub(crate) fn bracket_span(fields: &KeyFields) -> Span {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::assert_has;
     use quote::quote;
 
     fn parse_ok(kind: Kind, tokens: TokenStream) -> Args {
@@ -663,11 +650,7 @@ mod tests {
         assert_eq!(errors.len(), 1);
         assert!(errors[0].starts_with("unknown option `tll` for `#[mutating_tool]`; did you mean `ttl`? Valid options are `idempotency_key_fields`, `name`"), "{}", errors[0]);
         let errors = parse_errors(Kind::Mutating, quote! { idempotency_key = [a] });
-        assert!(
-            errors[0].contains("did you mean `idempotency_key_fields`?"),
-            "{}",
-            errors[0]
-        );
+        assert_has(&errors[0], "did you mean `idempotency_key_fields`?");
         let errors = parse_errors(Kind::ReadOnly, quote! { zzz });
         assert_eq!(
             errors[0],
@@ -697,23 +680,11 @@ mod tests {
             "{}",
             errors[0]
         );
-        assert!(
-            errors[1].contains("expected `=` after `name`"),
-            "{}",
-            errors[1]
-        );
-        assert!(errors[2].contains("expected an integer"), "{}", errors[2]);
-        assert!(
-            errors[3].contains("write `cache_errors = true`"),
-            "{}",
-            errors[3]
-        );
-        assert!(errors[4].contains("expected `[`"), "{}", errors[4]);
-        assert!(
-            errors[5].contains("expected `true` or `false`"),
-            "{}",
-            errors[5]
-        );
+        assert_has(&errors[1], "expected `=` after `name`");
+        assert_has(&errors[2], "expected an integer");
+        assert_has(&errors[3], "write `cache_errors = true`");
+        assert_has(&errors[4], "expected `[`");
+        assert_has(&errors[5], "expected `true` or `false`");
     }
 
     #[test]

@@ -209,3 +209,12 @@ pub(crate) fn tool(
         },
     }
 }
+
+/// Asserts that an error message contains `part`, showing the message when it does not.
+#[cfg(test)]
+pub(crate) fn assert_has(message: &str, part: &str) {
+    assert!(
+        message.contains(part),
+        "{message:?} does not contain {part:?}"
+    );
+}

@@ -969,6 +969,7 @@ fn clock_type(ty: &Type) -> Option<String> {
 mod tests {
     use super::*;
     use crate::args;
+    use crate::assert_has;
     use proc_macro2::TokenStream;
     use quote::quote;
 
@@ -1319,7 +1320,7 @@ mod tests {
             "{}",
             e[0]
         );
-        assert!(e[0].contains("Pick one"), "{}", e[0]);
+        assert_has(&e[0], "Pick one");
         // `fail` (the default) and the classifier combine with `verify`.
         run(
             Kind::Mutating,

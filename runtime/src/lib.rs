@@ -6,6 +6,28 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+/// `as_str` (the stable lowercase name a surface stores or prints: MCP `_meta`, the
+/// journal, the CLI) and `Display` for enums of names, written once.
+macro_rules! lowercase_names {
+    ($($ty:ident { $($variant:ident => $name:literal),+ $(,)? })+) => {$(
+        impl $ty {
+            /// The stable lowercase name, as stored and printed.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($ty::$variant => $name,)+
+                }
+            }
+        }
+
+        impl core::fmt::Display for $ty {
+            fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    )+};
+}
+pub(crate) use lowercase_names;
+
 mod ambient;
 mod contracts;
 mod engine;

@@ -261,22 +261,8 @@ pub enum Outcome {
     Reconciled,
 }
 
-impl Outcome {
-    /// The stable lowercase name used in MCP `_meta` and logs: `executed`, `replayed`,
-    /// `reconciled`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Executed => "executed",
-            Outcome::Replayed => "replayed",
-            Outcome::Reconciled => "reconciled",
-        }
-    }
-}
-
-impl core::fmt::Display for Outcome {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(self.as_str())
-    }
+crate::lowercase_names! {
+    Outcome { Executed => "executed", Replayed => "replayed", Reconciled => "reconciled" }
 }
 
 /// The result of [`Registry::call`].

@@ -129,22 +129,6 @@ pub enum EntryKind {
     Tool,
 }
 
-impl core::fmt::Display for EntryKind {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl EntryKind {
-    /// `step` or `tool`: the name stored in the journal and printed by the CLI.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EntryKind::Step => "step",
-            EntryKind::Tool => "tool",
-        }
-    }
-}
-
 /// Where a journal entry's step or tool call stands in the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -159,24 +143,6 @@ pub enum EntryStatus {
     Missing,
 }
 
-impl core::fmt::Display for EntryStatus {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl EntryStatus {
-    /// `completed`, `in_progress`, `abandoned` or `missing`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EntryStatus::Completed => "completed",
-            EntryStatus::InProgress => "in_progress",
-            EntryStatus::Abandoned => "abandoned",
-            EntryStatus::Missing => "missing",
-        }
-    }
-}
-
 /// Where a run stands in the store, as an operator sees it ([`RunInfo::state`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -189,21 +155,15 @@ pub enum RunState {
     Finished,
 }
 
-impl core::fmt::Display for RunState {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(self.as_str())
+crate::lowercase_names! {
+    EntryKind { Step => "step", Tool => "tool" }
+    EntryStatus {
+        Completed => "completed",
+        InProgress => "in_progress",
+        Abandoned => "abandoned",
+        Missing => "missing",
     }
-}
-
-impl RunState {
-    /// `running`, `abandoned` or `finished`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunState::Running => "running",
-            RunState::Abandoned => "abandoned",
-            RunState::Finished => "finished",
-        }
-    }
+    RunState { Running => "running", Abandoned => "abandoned", Finished => "finished" }
 }
 
 /// One entry of a run's journal.
