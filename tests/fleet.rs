@@ -188,7 +188,7 @@ fn run_fleet(store: String) {
     let env = Env {
         store,
         scope: support::unique("fleet"),
-        ledger: std::env::temp_dir().join(format!("{}.ledger", support::unique("fleet"))),
+        ledger: support::temp_path("fleet", "ledger"),
     };
     let children: Vec<_> = (0..4)
         .map(|seed| spawn(&env, "fleet", &[("TC_FLEET_SEED", seed.to_string())]))
@@ -250,7 +250,7 @@ fn run_crash(store: String, verified: bool) {
     let env = Env {
         store,
         scope: support::unique("crash"),
-        ledger: std::env::temp_dir().join(format!("{}.ledger", support::unique("crash"))),
+        ledger: support::temp_path("crash", "ledger"),
     };
     let role = if verified {
         "crash-verified"

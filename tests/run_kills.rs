@@ -92,7 +92,7 @@ fn effects(ledger: &Path) -> BTreeMap<(String, String), usize> {
 fn kill_at_every_boundary(store: String) {
     let case = Case {
         store,
-        ledger: std::env::temp_dir().join(format!("{}.ledger", support::unique("agent"))),
+        ledger: support::temp_path("agent", "ledger"),
         order: 4242,
     };
     let base = support::unique("s");
@@ -144,7 +144,7 @@ fn kill_at_every_boundary(store: String) {
 fn two_processes_start_one_run(store: String) {
     let case = Case {
         store,
-        ledger: std::env::temp_dir().join(format!("{}.ledger", support::unique("dup"))),
+        ledger: support::temp_path("dup", "ledger"),
         order: 777,
     };
     let scope = support::unique("dup");

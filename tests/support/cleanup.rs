@@ -19,10 +19,7 @@ impl Drop for Cleanup {
 /// A fresh SQLite file's path in the temporary directory, and the guard that deletes it
 /// with its `-wal` and `-shm` files.
 pub fn sqlite_file(label: &str) -> (String, Cleanup) {
-    let path = std::env::temp_dir()
-        .join(format!("{}.db", crate::support::unique(label)))
-        .display()
-        .to_string();
+    let path = crate::support::temp_path(label, "db").display().to_string();
     let file = path.clone();
     let cleanup = Cleanup(Box::new(move || {
         for ext in ["", "-wal", "-shm"] {

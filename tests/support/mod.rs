@@ -14,6 +14,7 @@
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A backend the suites can run against.
@@ -101,4 +102,9 @@ pub fn unique(label: &str) -> String {
         .unwrap()
         .as_nanos();
     format!("{label}-{}-{nanos}", std::process::id())
+}
+
+/// A fresh path in the temporary directory: `unique(label)`, then `.extension`.
+pub fn temp_path(label: &str, extension: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("{}.{extension}", unique(label)))
 }
