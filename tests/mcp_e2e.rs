@@ -20,12 +20,11 @@ use tokio::io::{
     AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, Lines, ReadHalf, WriteHalf,
 };
 use tool_contracts::mcp::{McpServer, CALL_META_KEY, CLIENT_KEY_META_KEY, IDEMPOTENCY_META_KEY};
-use tool_contracts::store::{Store, StoreError};
+use tool_contracts::store::StoreError;
 use tool_contracts::{mutating_tool, read_only_tool, MemoryStore};
 
 #[path = "support/stores.rs"]
 mod stores;
-use stores::{Delegate, Op, Wrapped};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Receipt {
@@ -520,22 +519,11 @@ async fn a_client_key_never_reaches_another_tenants_result() {
     assert_eq!(effects(109), 2);
 }
 
-/// A store that is down: every operation fails before it reaches the inner store.
-struct DownStore(MemoryStore);
-
-impl Delegate for DownStore {
-    fn inner(&self) -> &dyn Store {
-        &self.0
-    }
-    fn fault(&self, _: Op) -> Option<StoreError> {
-        Some(StoreError::Unavailable("connection refused".to_owned()))
-    }
-}
-
 #[tokio::test]
 async fn a_store_that_is_down_is_an_error_result_saying_nothing_ran() {
-    let server = McpServer::new(tool_contracts::registry().clone())
-        .with_store(Wrapped(DownStore(MemoryStore::new())));
+    // A store that is down: every operation fails before it reaches the inner store.
+    let down = stores::failing(|_| Some(StoreError::Unavailable("connection refused".to_owned())));
+    let server = McpServer::new(tool_contracts::registry().clone()).with_store(down);
     let mut s = Session::start(server).await;
     let result = s.call(order(110, "gift")).await;
     assert_eq!(result["isError"], true);

@@ -21,7 +21,7 @@ mod calls;
 #[path = "support/stores.rs"]
 mod stores;
 use calls::abandon_first_call;
-use stores::{Delegate, Op, Wrapped};
+use stores::Op;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BankError {
@@ -467,22 +467,17 @@ async fn the_recovery_loop_reconciles_an_abandoned_call_on_its_own() {
 }
 
 /// A store whose takeovers fail (the server went away between the two statements).
-struct TakeoverFails(MemoryStore);
-
-impl Delegate for TakeoverFails {
-    fn inner(&self) -> &dyn Store {
-        &self.0
-    }
-    fn fault(&self, op: Op) -> Option<StoreError> {
+fn takeover_fails() -> impl Store {
+    stores::failing(|op| {
         (op == Op::Takeover)
             .then(|| StoreError::Unavailable("connection reset during takeover".to_owned()))
-    }
+    })
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_takeover_the_store_refuses_is_reported_unresolved_not_dropped() {
     let registry = registry().with_context(Ledger::new());
-    let store = std::sync::Arc::new(Wrapped(TakeoverFails(MemoryStore::new())));
+    let store = std::sync::Arc::new(takeover_fails());
     let key = stores::key_of("looped_transfer", &json!({ "id": 42 }));
     with_store(std::sync::Arc::clone(&store), async {
         abandon_first_call(registry.call("looped_transfer", json!({ "id": 42 }))).await;

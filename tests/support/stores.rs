@@ -160,6 +160,28 @@ impl<D: Delegate> Store for Wrapped<D> {
     }
 }
 
+/// A [`MemoryStore`] whose operations fail where its closure answers `Some(error)`.
+pub struct Failing<F>(pub MemoryStore, pub F);
+
+impl<F: Fn(Op) -> Option<StoreError> + Send + Sync + 'static> Delegate for Failing<F> {
+    fn inner(&self) -> &dyn Store {
+        &self.0
+    }
+    fn fault(&self, op: Op) -> Option<StoreError> {
+        (self.1)(op)
+    }
+}
+
+/// A fresh in-memory store whose operations fail where `fault` answers `Some(error)`
+/// (every one: a store that is down; only takeovers: a server lost between two
+/// statements).
+pub fn failing<F>(fault: F) -> Wrapped<Failing<F>>
+where
+    F: Fn(Op) -> Option<StoreError> + Send + Sync + 'static,
+{
+    Wrapped(Failing(MemoryStore::new(), fault))
+}
+
 /// The key `registry()` gives the call of `tool` with `args`.
 pub fn key_of(tool: &str, args: &Value) -> String {
     registry()
