@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use cached::proc_macro::cached;
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::Criterion;
 use serde_json::json;
 use tool::{body, cart, create_order, BenchError, Cart, Order};
 use tool_contracts::{registry, with_store, MemoryStore};
@@ -123,9 +123,6 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group! {
-    name = benches;
-    config = common::criterion();
-    targets = bench
+fn main() {
+    common::criterion_main(bench);
 }
-criterion_main!(benches);

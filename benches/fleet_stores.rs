@@ -67,13 +67,16 @@ fn ours<S: Store + Clone>(
     base: u64,
 ) -> (f64, f64) {
     let s = store.clone();
-    let (n, el) = rt.block_on(common::concurrent(concurrency, window, base, move |u| {
-        with_store(s.clone(), tool::call(u))
-    }));
+    let (n, el) = rt.block_on(common::load::concurrent(
+        concurrency,
+        window,
+        base,
+        move |u| with_store(s.clone(), tool::call(u)),
+    ));
     let first = common::per_sec(n, el);
     let made = n.max(1);
     let s = store.clone();
-    let (n, el) = rt.block_on(common::concurrent(concurrency, window, 0, move |i| {
+    let (n, el) = rt.block_on(common::load::concurrent(concurrency, window, 0, move |i| {
         with_store(s.clone(), tool::call(base + i % made))
     }));
     (first, common::per_sec(n, el))
@@ -321,7 +324,7 @@ async fn pg_ceiling(url: &str, concurrency: usize, window: Duration, base: u64) 
     let run = |sql: &'static str, select: bool, start: u64, made: u64| {
         let pool = Arc::clone(&pool);
         let slot = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        common::concurrent(concurrency, window, start, move |i| {
+        common::load::concurrent(concurrency, window, start, move |i| {
             // Calls go round robin over the connections (about one in flight on each).
             let k = slot.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % pool.len();
             let client = Arc::clone(&pool[k]);

@@ -17,7 +17,7 @@ mod common;
 
 use std::hint::black_box;
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{BenchmarkId, Criterion, Throughput};
 use serde::Serialize;
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -222,9 +222,6 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group! {
-    name = benches;
-    config = common::criterion();
-    targets = bench
+fn main() {
+    common::criterion_main(bench);
 }
-criterion_main!(benches);

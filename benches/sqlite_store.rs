@@ -150,9 +150,12 @@ fn main() {
     for concurrency in [1usize, 16] {
         let base = concurrency as u64 * 100_000_000;
         let s = Arc::clone(&store);
-        let (n, el) = rt.block_on(common::concurrent(concurrency, window, base, move |u| {
-            with_store(Arc::clone(&s), tool::call(u))
-        }));
+        let (n, el) = rt.block_on(common::load::concurrent(
+            concurrency,
+            window,
+            base,
+            move |u| with_store(Arc::clone(&s), tool::call(u)),
+        ));
         row(
             &format!("ours: SqliteStore first call, conc {concurrency}"),
             n,
@@ -162,7 +165,7 @@ fn main() {
         // Replays of the keys just made.
         let made = n.max(1);
         let s = Arc::clone(&store);
-        let (n, el) = rt.block_on(common::concurrent(concurrency, window, 0, move |i| {
+        let (n, el) = rt.block_on(common::load::concurrent(concurrency, window, 0, move |i| {
             with_store(Arc::clone(&s), tool::call(base + i % made))
         }));
         row(

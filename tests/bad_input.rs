@@ -11,10 +11,12 @@ use std::time::{Duration, Instant};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use tool_contracts::store::{
-    ClaimOutcome, ClaimRequest, Completion, HistoryEvent, Record, ResolveRequest, StoreError,
-};
+use tool_contracts::store::{ClaimOutcome, ClaimRequest, Record, StoreError};
 use tool_contracts::{mutating_tool, registry, with_scope, with_store, Error, MemoryStore, Store};
+
+#[path = "support/stores.rs"]
+mod stores;
+use stores::{Delegate, Wrapped};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Cart {
@@ -622,7 +624,10 @@ impl BrokenStore {
 }
 
 #[async_trait::async_trait]
-impl Store for BrokenStore {
+impl Delegate for BrokenStore {
+    fn inner(&self) -> &dyn Store {
+        &self.inner
+    }
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         self.answer(&req)
     }
@@ -633,32 +638,8 @@ impl Store for BrokenStore {
     ) -> Result<ClaimOutcome, StoreError> {
         self.answer(&req)
     }
-    async fn complete(&self, key: &str, token: u64, c: Completion<'_>) -> Result<(), StoreError> {
-        self.inner.complete(key, token, c).await
-    }
-    async fn release(&self, key: &str, token: u64) -> Result<(), StoreError> {
-        self.inner.release(key, token).await
-    }
-    async fn renew(&self, key: &str, token: u64, lease: Duration) -> Result<(), StoreError> {
-        self.inner.renew(key, token, lease).await
-    }
-    async fn abandon(&self, key: &str, token: u64) -> Result<(), StoreError> {
-        self.inner.abandon(key, token).await
-    }
     async fn lookup(&self, key: &str) -> Result<Option<Record>, StoreError> {
         Err(StoreError::Corrupt(format!("record {key} does not parse")))
-    }
-    async fn pending(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
-        self.inner.pending(limit).await
-    }
-    async fn resolve(&self, request: ResolveRequest<'_>) -> Result<(), StoreError> {
-        self.inner.resolve(request).await
-    }
-    async fn history(&self, key: &str) -> Result<Vec<HistoryEvent>, StoreError> {
-        self.inner.history(key).await
-    }
-    async fn purge_expired(&self) -> Result<u64, StoreError> {
-        self.inner.purge_expired().await
     }
 }
 
@@ -668,17 +649,12 @@ async fn a_corrupted_stored_record_fails_closed_as_a_store_error_and_nothing_run
         (Breakage::Corrupt, "corrupt record"),
         (Breakage::CompletedWithoutResult, "without a result"),
     ] {
-        let store = Arc::new(BrokenStore {
+        let store = Arc::new(Wrapped(BrokenStore {
             inner: MemoryStore::new(),
             breakage,
-        });
+        }));
         let args = valid_args();
-        let key = registry()
-            .get("never_order")
-            .unwrap()
-            .key(&args)
-            .unwrap()
-            .unwrap();
+        let key = stores::key_of("never_order", &args);
         let err = with_store(Arc::clone(&store), registry().call("never_order", args))
             .await
             .unwrap_err();
@@ -723,43 +699,11 @@ pub async fn retyped_receipt(order: u64) -> Result<Receipt, BadError> {
 #[tokio::test]
 async fn a_stored_result_of_an_older_type_is_a_codec_error_naming_version() {
     let args = json!({"order": 3});
-    let key = registry()
-        .get("retyped_receipt")
-        .unwrap()
-        .key(&args)
-        .unwrap()
-        .unwrap();
-    // The fingerprint a call with these arguments stores, from a genuine record.
-    let genuine = Arc::new(MemoryStore::new());
-    with_store(
-        Arc::clone(&genuine),
-        registry().call("retyped_receipt", args.clone()),
-    )
-    .await
-    .unwrap();
+    // An older build stored a plain string, under today's key and argument fingerprint
+    // (read from a genuine call, which ran the body once).
+    let (store, key) =
+        stores::store_with_an_older_result("retyped_receipt", &args, "\"receipt #3\"").await;
     assert_eq!(RETYPED_RUNS.load(SeqCst), 1);
-    let fingerprint = genuine.lookup(&key).await.unwrap().unwrap().fingerprint;
-
-    let store = Arc::new(MemoryStore::new());
-    let req = ClaimRequest {
-        key: &key,
-        tool: "retyped_receipt",
-        scope: None,
-        fingerprint: &fingerprint,
-        args: r#"{"order":3}"#,
-        lease: Duration::from_secs(30),
-        ttl: Duration::from_secs(60),
-        worker: "older-build",
-    };
-    let ClaimOutcome::Acquired { token } = store.claim(req).await.unwrap() else {
-        panic!("fresh key");
-    };
-    let old = Completion {
-        result: "\"receipt #3\"",
-        is_error: false,
-        ttl: Duration::from_secs(60),
-    };
-    store.complete(&key, token, old).await.unwrap();
     let before = store.lookup(&key).await.unwrap().unwrap();
 
     let err = with_store(Arc::clone(&store), registry().call("retyped_receipt", args))

@@ -26,11 +26,19 @@
 //! Where `faketime` is not installed the skewed tests fail under `CI` and skip loudly
 //! otherwise (`.ci/run` installs it). Each result is recorded as a figure (`clock[...]`).
 
+#[path = "support/calls.rs"]
+mod calls;
 #[path = "support/cleanup.rs"]
 mod cleanup;
 mod figures;
+#[path = "support/stores.rs"]
+mod stores;
 mod support;
-use cleanup::{postgres_drop_schema, redis_delete_prefix, Cleanup};
+#[path = "support/workers.rs"]
+mod workers;
+use calls::ToolError;
+use cleanup::Cleanup;
+use stores::{Delegate, Wrapped};
 
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -39,22 +47,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tool_contracts::store::{
-    ClaimOutcome, ClaimRequest, Completion, HistoryEvent, PostgresStore, Record, RecordState,
-    RedisStore, ResolveRequest, SqliteStore, Store, StoreError,
+    ClaimOutcome, ClaimRequest, PostgresStore, Record, RecordState, RedisStore, SqliteStore, Store,
+    StoreError,
 };
-use tool_contracts::{mutating_tool, registry, with_scope, with_store, Error, MemoryStore};
-
-#[derive(Debug, thiserror::Error, Serialize, Deserialize)]
-pub enum ClockError {
-    #[error("{0}")]
-    Contract(String),
-}
-
-impl From<Error> for ClockError {
-    fn from(e: Error) -> Self {
-        ClockError::Contract(format!("{}: {e}", e.code()))
-    }
-}
+use tool_contracts::{mutating_tool, with_scope, with_store, MemoryStore};
 
 const LEASE: Duration = Duration::from_secs(3);
 
@@ -64,7 +60,7 @@ const SKEW_SECS: u64 = 3600;
 
 /// Holds its key until the test sends on the job's channel.
 #[mutating_tool(idempotency_key_fields = [job], lease = "3s", concurrent = "reject")]
-pub async fn clock_hold(job: String) -> Result<String, ClockError> {
+pub async fn clock_hold(job: String) -> Result<String, ToolError> {
     let release = HOLDS.lock().unwrap().remove(&job);
     if let Some(release) = release {
         let _ = release.await;
@@ -80,23 +76,6 @@ fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
-}
-
-fn unique(label: &str) -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{label}-{}-{nanos}", std::process::id())
-}
-
-fn key_of(job: &str) -> String {
-    registry()
-        .get("clock_hold")
-        .unwrap()
-        .key(&json!({ "job": job }))
-        .unwrap()
-        .unwrap()
 }
 
 fn request<'a>(key: &'a str) -> ClaimRequest<'a> {
@@ -139,7 +118,10 @@ impl WorkerClockLeases {
 }
 
 #[async_trait::async_trait]
-impl Store for WorkerClockLeases {
+impl Delegate for WorkerClockLeases {
+    fn inner(&self) -> &dyn Store {
+        &*self.0
+    }
     async fn claim(&self, r: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         match self.0.claim(r).await? {
             ClaimOutcome::InProgress { fingerprint, .. } => {
@@ -156,33 +138,6 @@ impl Store for WorkerClockLeases {
             self.0.abandon(r.key, t).await?;
         }
         self.0.takeover(r, t).await
-    }
-    async fn complete(&self, key: &str, token: u64, c: Completion<'_>) -> Result<(), StoreError> {
-        self.0.complete(key, token, c).await
-    }
-    async fn release(&self, key: &str, token: u64) -> Result<(), StoreError> {
-        self.0.release(key, token).await
-    }
-    async fn renew(&self, key: &str, token: u64, lease: Duration) -> Result<(), StoreError> {
-        self.0.renew(key, token, lease).await
-    }
-    async fn abandon(&self, key: &str, token: u64) -> Result<(), StoreError> {
-        self.0.abandon(key, token).await
-    }
-    async fn lookup(&self, key: &str) -> Result<Option<Record>, StoreError> {
-        self.0.lookup(key).await
-    }
-    async fn pending(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
-        self.0.pending(limit).await
-    }
-    async fn resolve(&self, request: ResolveRequest<'_>) -> Result<(), StoreError> {
-        self.0.resolve(request).await
-    }
-    async fn history(&self, key: &str) -> Result<Vec<HistoryEvent>, StoreError> {
-        self.0.history(key).await
-    }
-    async fn purge_expired(&self) -> Result<u64, StoreError> {
-        self.0.purge_expired().await
     }
 }
 
@@ -217,7 +172,7 @@ impl Backend {
             other => panic!("unknown backend {other}"),
         };
         if self.broken {
-            Arc::new(WorkerClockLeases(store))
+            Arc::new(Wrapped(WorkerClockLeases(store)))
         } else {
             store
         }
@@ -251,7 +206,10 @@ async fn worker_b(role: &str) -> View {
     let job = std::env::var("TC_CLOCK_JOB").unwrap();
     let scope = std::env::var("TC_CLOCK_SCOPE").unwrap();
     let store = backend.open().await;
-    let key = with_scope(scope.clone(), async { key_of(&job) }).await;
+    let key = with_scope(scope.clone(), async {
+        stores::key_of("clock_hold", &json!({ "job": job }))
+    })
+    .await;
     let record_seen = store.lookup(&key).await.unwrap().is_some();
     let engine = with_store(
         Arc::clone(&store),
@@ -287,14 +245,8 @@ fn clock_worker_entry_point() {
     let Ok(role) = std::env::var("TC_CLOCK_ROLE") else {
         return;
     };
-    let view = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(worker_b(&role));
-    // libtest prints its own text on the same stream, possibly on the same line.
-    println!("\n{MARK}{}", serde_json::to_string(&view).unwrap());
+    let view = workers::runtime(1).block_on(worker_b(&role));
+    workers::report(MARK, &view);
 }
 
 /// Runs worker B (`role`: `while-held` or `after`), under `faketime` when `skew` is set.
@@ -309,13 +261,8 @@ fn run_b(role: &str, backend: &Backend, scope: &str, job: &str, skew: Option<&st
         None => Command::new(exe),
     };
     let out = cmd
-        .args([
-            "--exact",
-            "clock_worker_entry_point",
-            "--nocapture",
-            "--test-threads=1",
-            "-q",
-        ])
+        .args(workers::entry_point_args("clock_worker_entry_point"))
+        .arg("-q")
         .env("TC_CLOCK_ROLE", role)
         .env("TC_CLOCK_BACKEND", serde_json::to_string(backend).unwrap())
         .env("TC_CLOCK_SCOPE", scope)
@@ -329,12 +276,13 @@ fn run_b(role: &str, backend: &Backend, scope: &str, job: &str, skew: Option<&st
         "worker B ({role}) failed: {:?}",
         out.status
     );
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text
-        .lines()
-        .find_map(|l| l.strip_prefix(MARK))
-        .unwrap_or_else(|| panic!("worker B ({role}) reported nothing:\n{text}"));
-    serde_json::from_str(line).unwrap()
+    workers::reports(MARK, &out.stdout)
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| {
+            let text = String::from_utf8_lossy(&out.stdout);
+            panic!("worker B ({role}) reported nothing:\n{text}")
+        })
 }
 
 /// One trial: A holds the key; B looks while A holds it, then after A finished.
@@ -349,8 +297,8 @@ struct Trial {
 }
 
 fn trial(label: &str, backend: &Backend, skew: Option<&str>) -> Trial {
-    let job = unique(label);
-    let scope = unique("clock");
+    let job = support::unique(label);
+    let scope = support::unique("clock");
     let (release, hold) = tokio::sync::oneshot::channel();
     HOLDS.lock().unwrap().insert(job.clone(), hold);
 
@@ -358,15 +306,10 @@ fn trial(label: &str, backend: &Backend, skew: Option<&str>) -> Trial {
     let a = {
         let (backend, job, scope) = (backend.clone(), job.clone(), scope.clone());
         std::thread::spawn(move || {
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()
-                .unwrap()
-                .block_on(async move {
-                    let store = backend.open().await;
-                    with_store(store, with_scope(scope, clock_hold(job))).await
-                })
+            workers::runtime(1).block_on(async move {
+                let store = backend.open().await;
+                with_store(store, with_scope(scope, clock_hold(job))).await
+            })
         })
     };
     // A's body has taken its hold: A claimed the key and runs.
@@ -462,31 +405,26 @@ fn faketime_or_skip() -> bool {
     ok
 }
 
-/// A Redis backend under a fresh prefix, and the guard that deletes its keys.
-fn redis_backend(broken: bool) -> Option<(Backend, Cleanup)> {
-    let url = support::url(&support::REDIS, "the clock test on Redis")?;
-    let prefix = format!("{}:", unique("tc-clock"));
-    let (u, p) = (url.clone(), prefix.clone());
-    let cleanup = Cleanup(Box::new(move || redis_delete_prefix(&u, &p)));
-    let backend = Backend {
-        kind: "redis".to_owned(),
-        url,
-        ns: prefix,
-        broken,
+/// A shared backend (`redis` or `postgres`) under a fresh prefix or schema, and the guard
+/// that deletes it.
+fn shared_backend(kind: &str, broken: bool) -> Option<(Backend, Cleanup)> {
+    let (url, (ns, cleanup)) = match kind {
+        "redis" => {
+            let url = support::url(&support::REDIS, "the clock test on Redis")?;
+            let ns = cleanup::redis_prefix(&url, "tc-clock");
+            (url, ns)
+        }
+        "postgres" => {
+            let url = support::url(&support::POSTGRES, "the clock test on PostgreSQL")?;
+            let ns = cleanup::postgres_schema(&url, "tc_clock");
+            (url, ns)
+        }
+        other => panic!("not a shared backend: {other}"),
     };
-    Some((backend, cleanup))
-}
-
-/// A PostgreSQL backend in a fresh schema, and the guard that drops it.
-fn postgres_backend(broken: bool) -> Option<(Backend, Cleanup)> {
-    let url = support::url(&support::POSTGRES, "the clock test on PostgreSQL")?;
-    let schema = unique("tc_clock").replace('-', "_");
-    let (u, s) = (url.clone(), schema.clone());
-    let cleanup = Cleanup(Box::new(move || postgres_drop_schema(&u, &s)));
     let backend = Backend {
-        kind: "postgres".to_owned(),
+        kind: kind.to_owned(),
         url,
-        ns: schema,
+        ns,
         broken,
     };
     Some((backend, cleanup))
@@ -494,16 +432,10 @@ fn postgres_backend(broken: bool) -> Option<(Backend, Cleanup)> {
 
 /// A SQLite file, and the guard that deletes it.
 fn sqlite_backend() -> (Backend, Cleanup) {
-    let path = std::env::temp_dir().join(format!("{}.db", unique("tc-clock")));
-    let p = path.clone();
-    let cleanup = Cleanup(Box::new(move || {
-        for ext in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{ext}", p.display()));
-        }
-    }));
+    let (path, cleanup) = cleanup::sqlite_file("tc-clock");
     let backend = Backend {
         kind: "sqlite".to_owned(),
-        url: path.display().to_string(),
+        url: path,
         ns: String::new(),
         broken: false,
     };
@@ -580,7 +512,7 @@ fn broken_store_is_caught(backend: &Backend) {
 
 #[test]
 fn redis_worker_whose_system_clock_runs_an_hour_ahead_still_sees_a_live_lease() {
-    let Some((backend, _cleanup)) = redis_backend(false) else {
+    let Some((backend, _cleanup)) = shared_backend("redis", false) else {
         return;
     };
     if faketime_or_skip() {
@@ -590,7 +522,7 @@ fn redis_worker_whose_system_clock_runs_an_hour_ahead_still_sees_a_live_lease() 
 
 #[test]
 fn postgres_worker_whose_system_clock_runs_an_hour_ahead_still_sees_a_live_lease() {
-    let Some((backend, _cleanup)) = postgres_backend(false) else {
+    let Some((backend, _cleanup)) = shared_backend("postgres", false) else {
         return;
     };
     if faketime_or_skip() {
@@ -601,7 +533,7 @@ fn postgres_worker_whose_system_clock_runs_an_hour_ahead_still_sees_a_live_lease
 /// The check is not vacuous: a store that reads the worker's clock fails it.
 #[test]
 fn the_check_catches_a_store_that_reads_the_worker_clock_on_redis() {
-    let Some((backend, _cleanup)) = redis_backend(true) else {
+    let Some((backend, _cleanup)) = shared_backend("redis", true) else {
         return;
     };
     if faketime_or_skip() {
@@ -612,7 +544,7 @@ fn the_check_catches_a_store_that_reads_the_worker_clock_on_redis() {
 /// The check is not vacuous: a store that reads the worker's clock fails it.
 #[test]
 fn the_check_catches_a_store_that_reads_the_worker_clock_on_postgres() {
-    let Some((backend, _cleanup)) = postgres_backend(true) else {
+    let Some((backend, _cleanup)) = shared_backend("postgres", true) else {
         return;
     };
     if faketime_or_skip() {

@@ -31,11 +31,17 @@
 //! One summary line per store is printed (`crash_injection[...]`) and recorded as a
 //! figure (`tests/figures/mod.rs`), from which `docs/guarantees.md` is rendered.
 
+#[path = "support/calls.rs"]
+mod calls;
 #[path = "support/cleanup.rs"]
 mod cleanup;
 mod figures;
+#[path = "support/stores.rs"]
+mod stores;
 mod support;
-use cleanup::{postgres_drop_schema, redis_delete_prefix, Cleanup};
+#[path = "support/workers.rs"]
+mod workers;
+use calls::ToolError;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
@@ -58,20 +64,6 @@ const LANES: usize = 4;
 
 /// Lease of every tool and run: short, so a restarted worker waits little for a dead one.
 const LEASE: Duration = Duration::from_millis(300);
-
-#[derive(Debug, thiserror::Error, Serialize, Deserialize)]
-pub enum CrashError {
-    #[error("{0}")]
-    Contract(String),
-    #[error("ledger: {0}")]
-    Ledger(String),
-}
-
-impl From<Error> for CrashError {
-    fn from(e: Error) -> Self {
-        CrashError::Contract(format!("{}: {e}", e.code()))
-    }
-}
 
 // ---------------------------------------------------------------------------------------
 // The outside world: an append-only ledger of effects, one line each.
@@ -107,13 +99,13 @@ fn now_nanos() -> u128 {
 
 /// Performs the effect `kind` for `intent`: one ledger line, then a short pause so kills
 /// also land between the effect and the stored result (the unknown-outcome window).
-async fn effect(kind: &str, intent: u64) -> Result<String, CrashError> {
+async fn effect(kind: &str, intent: u64) -> Result<String, ToolError> {
     let tag = fresh_tag();
     append_line(
         &env_path("TC_CRASH_LEDGER"),
         &format!("{kind} {intent} {tag}"),
     )
-    .map_err(|e| CrashError::Ledger(e.to_string()))?;
+    .map_err(|e| ToolError::Ledger(e.to_string()))?;
     let pause = (now_nanos() % 3_000) as u64;
     tokio::time::sleep(Duration::from_micros(pause)).await;
     Ok(format!("{kind}{intent}@{tag}"))
@@ -149,37 +141,37 @@ fn find_effect(kind: &str, intent: u64) -> Option<String> {
 
 /// Charges once; an abandoned call is reconciled by reading the ledger.
 #[mutating_tool(idempotency_key_fields = [intent], lease = "300ms", ttl = "1h", verify = verify_charge)]
-pub async fn crash_charge_verified(intent: u64) -> Result<String, CrashError> {
+pub async fn crash_charge_verified(intent: u64) -> Result<String, ToolError> {
     effect("v", intent).await
 }
 
-pub async fn verify_charge(intent: &u64) -> Result<Option<String>, CrashError> {
+pub async fn verify_charge(intent: &u64) -> Result<Option<String>, ToolError> {
     Ok(find_effect("v", *intent))
 }
 
 /// Charges once; no `verify`: an abandoned call stays an unknown outcome.
 #[mutating_tool(idempotency_key_fields = [intent], lease = "300ms", ttl = "1h")]
-pub async fn crash_charge_plain(intent: u64) -> Result<String, CrashError> {
+pub async fn crash_charge_plain(intent: u64) -> Result<String, ToolError> {
     effect("p", intent).await
 }
 
 /// Reserves stock for an order; called from inside a run step.
 #[mutating_tool(idempotency_key_fields = [order], lease = "300ms", ttl = "1h", verify = verify_reserve)]
-pub async fn crash_reserve(order: u64) -> Result<String, CrashError> {
+pub async fn crash_reserve(order: u64) -> Result<String, ToolError> {
     effect("r", order).await
 }
 
-pub async fn verify_reserve(order: &u64) -> Result<Option<String>, CrashError> {
+pub async fn verify_reserve(order: &u64) -> Result<Option<String>, ToolError> {
     Ok(find_effect("r", *order))
 }
 
 /// Ships an order; called through `run.enter`.
 #[mutating_tool(idempotency_key_fields = [order], lease = "300ms", ttl = "1h", verify = verify_ship)]
-pub async fn crash_ship(order: u64) -> Result<String, CrashError> {
+pub async fn crash_ship(order: u64) -> Result<String, ToolError> {
     effect("s", order).await
 }
 
-pub async fn verify_ship(order: &u64) -> Result<Option<String>, CrashError> {
+pub async fn verify_ship(order: &u64) -> Result<Option<String>, ToolError> {
     Ok(find_effect("s", *order))
 }
 
@@ -190,7 +182,7 @@ fn run_options() -> RunOptions {
 }
 
 /// The multi-step task: resumed by whichever worker comes next after a kill.
-async fn fulfil(order: u64) -> Result<Value, CrashError> {
+async fn fulfil(order: u64) -> Result<Value, ToolError> {
     let intent = json!({ "order": order });
     loop {
         let run = Run::start_with("crash_fulfil", &intent, run_options()).await?;
@@ -286,7 +278,7 @@ async fn open_store() -> Arc<dyn Store> {
 }
 
 async fn one_intent(intent: u64) -> Done {
-    let err = |e: CrashError| e.to_string();
+    let err = |e: ToolError| e.to_string();
     Done {
         intent,
         verified: crash_charge_verified(intent).await.map_err(err),
@@ -299,24 +291,19 @@ fn kinds(events: Vec<tool_contracts::store::HistoryEvent>) -> Vec<String> {
     events.iter().map(|e| e.kind.as_str().to_owned()).collect()
 }
 
-fn tool_key(tool: &str, args: Value) -> String {
-    registry()
-        .get(tool)
-        .expect("registered")
-        .key(&args)
-        .expect("key")
-        .expect("a mutating tool has a key")
-}
-
 async fn audit_intent(store: &dyn Store, intent: u64) -> Audit {
     let done = one_intent(intent).await;
     let history = |key: String| async move { kinds(store.history(&key).await.expect("history")) };
-    let verified_history = history(tool_key(
+    let verified_history = history(stores::key_of(
         "crash_charge_verified",
-        json!({ "intent": intent }),
+        &json!({ "intent": intent }),
     ))
     .await;
-    let plain_history = history(tool_key("crash_charge_plain", json!({ "intent": intent }))).await;
+    let plain_history = history(stores::key_of(
+        "crash_charge_plain",
+        &json!({ "intent": intent }),
+    ))
+    .await;
     let run = Run::start_with("crash_fulfil", &json!({ "order": intent }), run_options())
         .await
         .expect("run handle");
@@ -440,12 +427,7 @@ fn crash_worker_entry_point() {
     let Ok(role) = std::env::var("TC_CRASH_ROLE") else {
         return;
     };
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(worker(&role));
+    workers::runtime(2).block_on(worker(&role));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -488,26 +470,20 @@ impl Campaign {
     }
 
     fn command(&self, role: &str, out: &Path, from: u64, to: Option<u64>) -> Command {
-        let mut cmd = Command::new(std::env::current_exe().unwrap());
-        cmd.args([
-            "--exact",
-            "crash_worker_entry_point",
-            "--nocapture",
-            "--test-threads=1",
-            "-q",
-        ])
-        .env("TC_CRASH_ROLE", role)
-        .env("TC_CRASH_BACKEND", self.backend)
-        .env("TC_CRASH_URL", &self.url)
-        .env("TC_CRASH_NS", &self.ns)
-        .env("TC_CRASH_SCOPE", &self.scope)
-        .env("TC_CRASH_LEDGER", self.ledger())
-        .env("TC_CRASH_OUT", out)
-        .env("TC_CRASH_FROM", from.to_string())
-        .env_remove("TC_CRASH_TO")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(self.stderr_file());
+        let mut cmd = workers::command("crash_worker_entry_point");
+        cmd.arg("-q")
+            .env("TC_CRASH_ROLE", role)
+            .env("TC_CRASH_BACKEND", self.backend)
+            .env("TC_CRASH_URL", &self.url)
+            .env("TC_CRASH_NS", &self.ns)
+            .env("TC_CRASH_SCOPE", &self.scope)
+            .env("TC_CRASH_LEDGER", self.ledger())
+            .env("TC_CRASH_OUT", out)
+            .env("TC_CRASH_FROM", from.to_string())
+            .env_remove("TC_CRASH_TO")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(self.stderr_file());
         if let Some(to) = to {
             cmd.env("TC_CRASH_TO", to.to_string());
         }
@@ -636,11 +612,7 @@ fn campaign(backend: &'static str, url: String, ns: String) {
     let wanted = kills_wanted();
     println!("crash_injection[{backend}]: seed {seed} (replay with TC_CRASH_SEED={seed}), {wanted} kills");
     let mut rng = Rng(seed ^ backend.len() as u64);
-    let dir = std::env::temp_dir().join(format!(
-        "tc-crash-{backend}-{}-{}",
-        std::process::id(),
-        now_nanos()
-    ));
+    let dir = std::env::temp_dir().join(support::unique(&format!("tc-crash-{backend}")));
     std::fs::create_dir_all(&dir).unwrap();
     println!(
         "crash_injection[{backend}]: ledger and reports in {} (kept on failure)",
@@ -650,7 +622,7 @@ fn campaign(backend: &'static str, url: String, ns: String) {
         backend,
         url,
         ns,
-        scope: format!("crash-{}-{}", std::process::id(), now_nanos()),
+        scope: support::unique("crash"),
         dir,
     };
 
@@ -899,17 +871,7 @@ fn campaign(backend: &'static str, url: String, ns: String) {
 
 #[test]
 fn sqlite_survives_hundreds_of_sigkills_without_a_duplicate_effect() {
-    let file = std::env::temp_dir().join(format!(
-        "tc-crash-{}-{}.db",
-        std::process::id(),
-        now_nanos()
-    ));
-    let path = file.display().to_string();
-    let _cleanup = Cleanup(Box::new(move || {
-        for ext in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{ext}", file.display()));
-        }
-    }));
+    let (path, _cleanup) = cleanup::sqlite_file("tc-crash");
     campaign("sqlite", path, String::new());
 }
 
@@ -918,9 +880,7 @@ fn redis_survives_hundreds_of_sigkills_without_a_duplicate_effect() {
     let Some(url) = support::url(&support::REDIS, "the crash injection test on Redis") else {
         return;
     };
-    let prefix = format!("tc-crash-{}-{}:", std::process::id(), now_nanos());
-    let (u, p) = (url.clone(), prefix.clone());
-    let _cleanup = Cleanup(Box::new(move || redis_delete_prefix(&u, &p)));
+    let (prefix, _cleanup) = cleanup::redis_prefix(&url, "tc-crash");
     campaign("redis", url, prefix);
 }
 
@@ -930,12 +890,6 @@ fn postgres_survives_hundreds_of_sigkills_without_a_duplicate_effect() {
     else {
         return;
     };
-    let schema = format!(
-        "tc_crash_{}_{}",
-        std::process::id(),
-        now_nanos() % 1_000_000_000
-    );
-    let (u, s) = (url.clone(), schema.clone());
-    let _cleanup = Cleanup(Box::new(move || postgres_drop_schema(&u, &s)));
+    let (schema, _cleanup) = cleanup::postgres_schema(&url, "tc_crash");
     campaign("postgres", url, schema);
 }

@@ -9,8 +9,14 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tool_contracts::{
-    mutating_tool, read_only_tool, registry, with_scope, with_store, Error, MemoryStore, Store,
+    mutating_tool, read_only_tool, registry, with_scope, with_store, Error, MemoryStore,
 };
+
+#[path = "support/calls.rs"]
+mod calls;
+#[path = "support/stores.rs"]
+mod stores;
+use calls::abandon_first_call;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Cart {
@@ -258,8 +264,7 @@ async fn a_registry_call_and_a_direct_call_of_one_intent_run_the_body_once() {
         let out = registry().call("shared_order", args.clone()).await.unwrap();
         assert_eq!(out.outcome, tool_contracts::Outcome::Replayed);
         assert_eq!(out.value, serde_json::to_value(&direct).unwrap());
-        let descriptor = registry().get("shared_order").unwrap();
-        let key = descriptor.key(&args).unwrap().unwrap();
+        let key = stores::key_of("shared_order", &args);
         assert_eq!(out.key.as_deref(), Some(key.as_str()));
         assert_eq!(SEEN_KEY.lock().unwrap().as_deref(), Some(key.as_str()));
     })
@@ -450,10 +455,8 @@ pub async fn hanging_transfer(id: u64) -> Result<u64, ShopError> {
 #[tokio::test(start_paused = true)]
 async fn a_call_dropped_mid_body_leaves_an_unknown_outcome_not_a_second_effect() {
     with_store(MemoryStore::new(), async {
-        let first = tokio::time::timeout(Duration::from_millis(100), hanging_transfer(9)).await;
-        assert!(first.is_err(), "the caller timed out");
         // Within the lease a duplicate waits; after it, the claim counts as abandoned.
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        abandon_first_call(hanging_transfer(9)).await;
         let err = hanging_transfer(9).await.unwrap_err().contract();
         assert!(matches!(err, Error::OutcomeUnknown { .. }), "{err}");
         assert!(err.to_string().contains("hanging_transfer"));
@@ -477,9 +480,7 @@ pub async fn rerun_tool(id: u64) -> Result<u64, ShopError> {
 #[tokio::test(start_paused = true)]
 async fn on_unknown_rerun_takes_an_abandoned_claim_over() {
     with_store(MemoryStore::new(), async {
-        let first = tokio::time::timeout(Duration::from_millis(100), rerun_tool(4)).await;
-        assert!(first.is_err(), "the first call was dropped mid-body");
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        abandon_first_call(rerun_tool(4)).await;
         assert_eq!(rerun_tool(4).await.unwrap(), 4);
         assert_eq!(rerun_tool(4).await.unwrap(), 4);
     })
@@ -566,19 +567,11 @@ async fn scopes_isolate_tenants() {
             .contract();
         assert!(matches!(bad, Error::InvalidArguments { .. }), "{bad}");
         let key_a = with_scope("tenant-a", async {
-            registry()
-                .get("scoped_tool")
-                .unwrap()
-                .key(&json!({"id": 1}))
-                .unwrap()
+            stores::key_of("scoped_tool", &json!({"id": 1}))
         })
         .await;
         let key_b = with_scope("tenant-b", async {
-            registry()
-                .get("scoped_tool")
-                .unwrap()
-                .key(&json!({"id": 1}))
-                .unwrap()
+            stores::key_of("scoped_tool", &json!({"id": 1}))
         })
         .await;
         assert_ne!(key_a, key_b);
@@ -636,40 +629,14 @@ pub async fn retyped_tool(id: u64) -> Result<Order, ShopError> {
 
 #[tokio::test]
 async fn a_stored_result_that_no_longer_decodes_is_a_codec_error_naming_the_remedy() {
-    use tool_contracts::store::{ClaimOutcome, ClaimRequest, Completion};
-    let key = registry()
-        .get("retyped_tool")
-        .unwrap()
-        .key(&json!({"id": 1}))
-        .unwrap()
-        .unwrap();
-    // A genuine record tells us the fingerprint a call with these arguments stores.
-    let genuine = Arc::new(MemoryStore::new());
-    with_store(Arc::clone(&genuine), retyped_tool(1))
-        .await
-        .unwrap();
-    let fingerprint = genuine.lookup(&key).await.unwrap().unwrap().fingerprint;
-    // An older version of the tool stored a string under the same key.
-    let store = Arc::new(MemoryStore::new());
-    let req = ClaimRequest {
-        key: &key,
-        tool: "retyped_tool",
-        scope: None,
-        fingerprint: &fingerprint,
-        args: "{}",
-        lease: Duration::from_secs(30),
-        ttl: Duration::from_secs(60),
-        worker: "test",
-    };
-    let ClaimOutcome::Acquired { token } = store.claim(req).await.unwrap() else {
-        panic!("fresh key");
-    };
-    let old = Completion {
-        result: "\"an old string result\"",
-        is_error: false,
-        ttl: Duration::from_secs(60),
-    };
-    store.complete(&key, token, old).await.unwrap();
+    // An older version of the tool stored a string under the same key (and the fingerprint
+    // a genuine call with these arguments stores).
+    let (store, key) = stores::store_with_an_older_result(
+        "retyped_tool",
+        &json!({"id": 1}),
+        "\"an old string result\"",
+    )
+    .await;
     let err = with_store(store, retyped_tool(1))
         .await
         .unwrap_err()

@@ -43,6 +43,7 @@ STAMPED = [
     ":(glob)runtime/src/**",
     ":(glob)cli/src/**",
     ":(glob)tests/*.rs",
+    ":(glob)tests/support/**",
     ":(glob)tests/figures/**",
     ":(glob)runtime/tests/**",
     ":(glob)fuzz/fuzz_targets/**",

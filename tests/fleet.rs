@@ -12,31 +12,24 @@
 //!
 //! Each fleet's summary line is printed and recorded as a figure (`tests/figures/mod.rs`).
 
+#[path = "support/calls.rs"]
+mod calls;
+#[path = "support/cleanup.rs"]
+mod cleanup;
 mod figures;
 mod support;
+#[path = "support/workers.rs"]
+mod workers;
+use calls::ToolError;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use tool_contracts::{mutating_tool, with_scope, with_store, Error};
-
-#[derive(Debug, thiserror::Error, Serialize, Deserialize)]
-pub enum FleetError {
-    #[error("{0}")]
-    Contract(String),
-    #[error("ledger: {0}")]
-    Ledger(String),
-}
-
-impl From<Error> for FleetError {
-    fn from(e: Error) -> Self {
-        FleetError::Contract(format!("{}: {e}", e.code()))
-    }
-}
+use tool_contracts::{mutating_tool, with_scope, with_store};
 
 fn ledger_path() -> PathBuf {
     PathBuf::from(std::env::var("TC_FLEET_LEDGER").unwrap_or_default())
@@ -45,14 +38,14 @@ fn ledger_path() -> PathBuf {
 /// Appends one line per effect with a single `write` (lines under PIPE_BUF written with
 /// O_APPEND do not interleave); `writeln!` would issue one `write` per format piece and let
 /// concurrent processes interleave them.
-fn record_effect(intent: u64) -> Result<(), FleetError> {
+fn record_effect(intent: u64) -> Result<(), ToolError> {
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(ledger_path())
-        .map_err(|e| FleetError::Ledger(e.to_string()))?;
+        .map_err(|e| ToolError::Ledger(e.to_string()))?;
     f.write_all(format!("{intent} {}\n", std::process::id()).as_bytes())
-        .map_err(|e| FleetError::Ledger(e.to_string()))
+        .map_err(|e| ToolError::Ledger(e.to_string()))
 }
 
 fn effects(ledger: &Path) -> BTreeMap<u64, usize> {
@@ -71,7 +64,7 @@ fn effects(ledger: &Path) -> BTreeMap<u64, usize> {
 
 /// The fleet's tool: one effect per intent, whoever runs it.
 #[mutating_tool(idempotency_key_fields = [intent], lease = "10s")]
-pub async fn fleet_charge(intent: u64) -> Result<String, FleetError> {
+pub async fn fleet_charge(intent: u64) -> Result<String, ToolError> {
     record_effect(intent)?;
     tokio::time::sleep(Duration::from_millis(intent % 7)).await;
     Ok(format!("charged-{intent}-by-{}", std::process::id()))
@@ -79,7 +72,7 @@ pub async fn fleet_charge(intent: u64) -> Result<String, FleetError> {
 
 /// Sleeps after its effect so the parent can kill it mid-call; no `verify`.
 #[mutating_tool(idempotency_key_fields = [intent], lease = "1s")]
-pub async fn crash_unverified(intent: u64) -> Result<String, FleetError> {
+pub async fn crash_unverified(intent: u64) -> Result<String, ToolError> {
     record_effect(intent)?;
     tokio::time::sleep(Duration::from_secs(60)).await;
     Ok(format!("unverified-{intent}"))
@@ -87,14 +80,14 @@ pub async fn crash_unverified(intent: u64) -> Result<String, FleetError> {
 
 /// Like `crash_unverified`, with a `verify` that reads the ledger.
 #[mutating_tool(idempotency_key_fields = [intent], lease = "1s", verify = verify_crash)]
-pub async fn crash_verified(intent: u64) -> Result<String, FleetError> {
+pub async fn crash_verified(intent: u64) -> Result<String, ToolError> {
     record_effect(intent)?;
     tokio::time::sleep(Duration::from_secs(60)).await;
     Ok(format!("verified-{intent}"))
 }
 
 /// The effect happened iff the ledger has a line for the intent.
-pub async fn verify_crash(intent: &u64) -> Result<Option<String>, FleetError> {
+pub async fn verify_crash(intent: &u64) -> Result<Option<String>, ToolError> {
     let done = effects(&ledger_path()).contains_key(intent);
     Ok(done.then(|| format!("verified-{intent}")))
 }
@@ -109,13 +102,12 @@ async fn worker(role: &str) {
     let url = std::env::var("TC_FLEET_STORE").unwrap();
     let scope = std::env::var("TC_FLEET_SCOPE").unwrap();
     let store = tool_contracts::store::open(&url).await.unwrap();
-    let out = |intent: u64, result: Result<String, FleetError>| {
+    let out = |intent: u64, result: Result<String, ToolError>| {
         let line = Line {
             intent,
             result: result.map_err(|e| e.to_string()),
         };
-        // libtest prints its own text on the same stream, possibly on the same line.
-        println!("\n{MARK}{}", serde_json::to_string(&line).unwrap());
+        workers::report(MARK, &line);
     };
     match role {
         "fleet" => {
@@ -165,12 +157,7 @@ fn fleet_worker_entry_point() {
     let Ok(role) = std::env::var("TC_FLEET_ROLE") else {
         return;
     };
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(worker(&role));
+    workers::runtime(2).block_on(worker(&role));
 }
 
 struct Env {
@@ -180,19 +167,13 @@ struct Env {
 }
 
 fn spawn(env: &Env, role: &str, extra: &[(&str, String)]) -> std::process::Child {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([
-        "--exact",
-        "fleet_worker_entry_point",
-        "--nocapture",
-        "--test-threads=1",
-    ])
-    .env("TC_FLEET_ROLE", role)
-    .env("TC_FLEET_STORE", &env.store)
-    .env("TC_FLEET_SCOPE", &env.scope)
-    .env("TC_FLEET_LEDGER", &env.ledger)
-    .stdout(Stdio::piped())
-    .stderr(Stdio::inherit());
+    let mut cmd = workers::command("fleet_worker_entry_point");
+    cmd.env("TC_FLEET_ROLE", role)
+        .env("TC_FLEET_STORE", &env.store)
+        .env("TC_FLEET_SCOPE", &env.scope)
+        .env("TC_FLEET_LEDGER", &env.ledger)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
     for (k, v) in extra {
         cmd.env(k, v);
     }
@@ -201,29 +182,13 @@ fn spawn(env: &Env, role: &str, extra: &[(&str, String)]) -> std::process::Child
 
 const MARK: &str = "TC_FLEET_LINE ";
 
-fn lines(output: &[u8]) -> Vec<Line> {
-    String::from_utf8_lossy(output)
-        .lines()
-        .filter_map(|l| l.strip_prefix(MARK))
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-fn unique(label: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{label}-{}-{nanos}", std::process::id())
-}
-
 fn run_fleet(store: String) {
     let backend = store.split(':').next().unwrap_or("").to_owned();
     let started = Instant::now();
     let env = Env {
         store,
-        scope: unique("fleet"),
-        ledger: std::env::temp_dir().join(format!("{}.ledger", unique("fleet"))),
+        scope: support::unique("fleet"),
+        ledger: support::temp_path("fleet", "ledger"),
     };
     let children: Vec<_> = (0..4)
         .map(|seed| spawn(&env, "fleet", &[("TC_FLEET_SEED", seed.to_string())]))
@@ -236,7 +201,7 @@ fn run_fleet(store: String) {
             "a worker failed: {:?}",
             output.status
         );
-        let lines = lines(&output.stdout);
+        let lines: Vec<Line> = workers::reports(MARK, &output.stdout);
         assert_eq!(lines.len(), 200, "every worker answers every intent");
         for line in lines {
             let result = line
@@ -284,8 +249,8 @@ fn run_fleet(store: String) {
 fn run_crash(store: String, verified: bool) {
     let env = Env {
         store,
-        scope: unique("crash"),
-        ledger: std::env::temp_dir().join(format!("{}.ledger", unique("crash"))),
+        scope: support::unique("crash"),
+        ledger: support::temp_path("crash", "ledger"),
     };
     let role = if verified {
         "crash-verified"
@@ -305,7 +270,7 @@ fn run_crash(store: String, verified: bool) {
     std::thread::sleep(Duration::from_millis(1500)); // past the 1 s lease
     let output = spawn(&env, role, &intent).wait_with_output().unwrap();
     assert!(output.status.success());
-    let lines = lines(&output.stdout);
+    let lines: Vec<Line> = workers::reports(MARK, &output.stdout);
     assert_eq!(lines.len(), 1);
     if verified {
         assert_eq!(
@@ -326,28 +291,22 @@ fn run_crash(store: String, verified: bool) {
     );
 }
 
-fn sqlite_url(label: &str) -> String {
-    format!(
-        "sqlite:{}",
-        std::env::temp_dir()
-            .join(format!("{}.db", unique(label)))
-            .display()
-    )
-}
-
 #[test]
 fn sqlite_fleet_of_four_processes_makes_one_effect_per_intent() {
-    run_fleet(sqlite_url("fleet"));
+    let (path, _cleanup) = cleanup::sqlite_file("fleet");
+    run_fleet(format!("sqlite:{path}"));
 }
 
 #[test]
 fn sqlite_crash_mid_call_gives_unknown_outcome_not_a_second_effect() {
-    run_crash(sqlite_url("crash"), false);
+    let (path, _cleanup) = cleanup::sqlite_file("crash");
+    run_crash(format!("sqlite:{path}"), false);
 }
 
 #[test]
 fn sqlite_crash_mid_call_is_reconciled_by_verify() {
-    run_crash(sqlite_url("crash"), true);
+    let (path, _cleanup) = cleanup::sqlite_file("crash");
+    run_crash(format!("sqlite:{path}"), true);
 }
 
 #[test]

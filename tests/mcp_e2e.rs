@@ -22,7 +22,11 @@ use tokio::io::{
     AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, Lines, ReadHalf, WriteHalf,
 };
 use tool_contracts::mcp::{McpServer, CALL_META_KEY, CLIENT_KEY_META_KEY, IDEMPOTENCY_META_KEY};
+use tool_contracts::store::StoreError;
 use tool_contracts::{mutating_tool, read_only_tool, MemoryStore};
+
+#[path = "support/stores.rs"]
+mod stores;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Receipt {
@@ -517,154 +521,11 @@ async fn a_client_key_never_reaches_another_tenants_result() {
     assert_eq!(effects(109), 2);
 }
 
-/// A store that is down. `Store` is an `#[async_trait]` trait and this crate has no
-/// `async-trait` dependency, so the methods are written as the macro expands them.
-struct DownStore;
-
-mod down_store {
-    use std::future::Future;
-    use std::pin::Pin;
-    use std::time::Duration;
-
-    use tool_contracts::store::{
-        ClaimOutcome, ClaimRequest, Completion, HistoryEvent, Record, ResolveRequest, Store,
-        StoreError,
-    };
-
-    type Fut<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
-
-    fn down<'a, T: 'a>() -> Fut<'a, T> {
-        Box::pin(async { Err(StoreError::unavailable_message("connection refused")) })
-    }
-
-    impl Store for super::DownStore {
-        fn claim<'life0, 'life1, 'async_trait>(
-            &'life0 self,
-            _: ClaimRequest<'life1>,
-        ) -> Fut<'async_trait, ClaimOutcome>
-        where
-            'life0: 'async_trait,
-            'life1: 'async_trait,
-            Self: 'async_trait,
-        {
-            down()
-        }
-        fn takeover<'life0, 'life1, 'async_trait>(
-            &'life0 self,
-            _: ClaimRequest<'life1>,
-            _: u64,
-        ) -> Fut<'async_trait, ClaimOutcome>
-        where
-            'life0: 'async_trait,
-            'life1: 'async_trait,
-            Self: 'async_trait,
-        {
-            down()
-        }
-        fn complete<'life0, 'life1, 'life2, 'async_trait>(
-            &'life0 self,
-            _: &'life1 str,
-            _: u64,
-            _: Completion<'life2>,
-        ) -> Fut<'async_trait, ()>
-        where
-            'life0: 'async_trait,
-            'life1: 'async_trait,
-            'life2: 'async_trait,
-            Self: 'async_trait,
-        {
-            down()
-        }
-        fn release<'life0, 'life1, 'async_trait>(
-            &'life0 self,
-            _: &'life1 str,
-            _: u64,
-        ) -> Fut<'async_trait, ()>
-        where
-            'life0: 'async_trait,
-            'life1: 'async_trait,
-            Self: 'async_trait,
-        {
-            down()
-        }
-        fn renew<'life0, 'life1, 'async_trait>(
-            &'life0 self,
-            _: &'life1 str,
-            _: u64,
-            _: Duration,
-        ) -> Fut<'async_trait, ()>
-        where
-            'life0: 'async_trait,
-            'life1: 'async_trait,
-            Self: 'async_trait,
-        {
-            down()
-        }
-        fn abandon<'life0, 'life1, 'async_trait>(
-            &'life0 self,
-            _: &'life1 str,
-            _: u64,
-        ) -> Fut<'async_trait, ()>
-        where
-            'life0: 'async_trait,
-            'life1: 'async_trait,
-            Self: 'async_trait,
-        {
-            down()
-        }
-        fn lookup<'life0, 'life1, 'async_trait>(
-            &'life0 self,
-            _: &'life1 str,
-        ) -> Fut<'async_trait, Option<Record>>
-        where
-            'life0: 'async_trait,
-            'life1: 'async_trait,
-            Self: 'async_trait,
-        {
-            down()
-        }
-        fn pending<'life0, 'async_trait>(&'life0 self, _: usize) -> Fut<'async_trait, Vec<Record>>
-        where
-            'life0: 'async_trait,
-            Self: 'async_trait,
-        {
-            down()
-        }
-        fn resolve<'life0, 'life1, 'async_trait>(
-            &'life0 self,
-            _: ResolveRequest<'life1>,
-        ) -> Fut<'async_trait, ()>
-        where
-            'life0: 'async_trait,
-            'life1: 'async_trait,
-            Self: 'async_trait,
-        {
-            down()
-        }
-        fn history<'life0, 'life1, 'async_trait>(
-            &'life0 self,
-            _: &'life1 str,
-        ) -> Fut<'async_trait, Vec<HistoryEvent>>
-        where
-            'life0: 'async_trait,
-            'life1: 'async_trait,
-            Self: 'async_trait,
-        {
-            down()
-        }
-        fn purge_expired<'life0, 'async_trait>(&'life0 self) -> Fut<'async_trait, u64>
-        where
-            'life0: 'async_trait,
-            Self: 'async_trait,
-        {
-            down()
-        }
-    }
-}
-
 #[tokio::test]
 async fn a_store_that_is_down_is_an_error_result_saying_nothing_ran() {
-    let server = McpServer::new(tool_contracts::registry().clone()).with_store(DownStore);
+    // A store that is down: every operation fails before it reaches the inner store.
+    let down = stores::failing(|_| Some(StoreError::unavailable_message("connection refused")));
+    let server = McpServer::new(tool_contracts::registry().clone()).with_store(down);
     let mut s = Session::start(server).await;
     let result = s.call(order(110, "gift")).await;
     assert_eq!(result["isError"], true);

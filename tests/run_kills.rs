@@ -13,7 +13,11 @@ use std::process::{Command, Stdio};
 #[allow(dead_code)]
 #[path = "../examples/agent_task.rs"]
 mod agent_task;
+#[path = "support/cleanup.rs"]
+mod cleanup;
 mod support;
+#[path = "support/workers.rs"]
+mod workers;
 
 /// Not a test of its own: the child processes below re-execute this binary, and this entry
 /// point runs the example's command line from `TC_AGENT_ARGS` (a JSON array).
@@ -23,12 +27,7 @@ fn agent_task_entry_point() {
         return;
     };
     let args: Vec<String> = serde_json::from_str(&args).unwrap();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    if let Err(e) = runtime.block_on(agent_task::cli(args)) {
+    if let Err(e) = workers::runtime(2).block_on(agent_task::cli(args)) {
         eprintln!("agent task failed: {e}");
         std::process::exit(1);
     }
@@ -51,16 +50,10 @@ fn command(case: &Case, scope: &str, pause_at: Option<u32>) -> Command {
         "--ledger".to_owned(),
         case.ledger.display().to_string(),
     ];
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([
-        "--exact",
-        "agent_task_entry_point",
-        "--nocapture",
-        "--test-threads=1",
-    ])
-    .env("TC_AGENT_ARGS", serde_json::to_string(&args).unwrap())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::inherit());
+    let mut cmd = workers::command("agent_task_entry_point");
+    cmd.env("TC_AGENT_ARGS", serde_json::to_string(&args).unwrap())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
     match pause_at {
         Some(n) => cmd.env("TC_PAUSE_AT_BOUNDARY", n.to_string()),
         None => cmd.env_remove("TC_PAUSE_AT_BOUNDARY"),
@@ -96,21 +89,13 @@ fn effects(ledger: &Path) -> BTreeMap<(String, String), usize> {
     counts
 }
 
-fn unique(label: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{label}-{}-{nanos}", std::process::id())
-}
-
 fn kill_at_every_boundary(store: String) {
     let case = Case {
         store,
-        ledger: std::env::temp_dir().join(format!("{}.ledger", unique("agent"))),
+        ledger: support::temp_path("agent", "ledger"),
         order: 4242,
     };
-    let base = unique("s");
+    let base = support::unique("s");
     let (expected, _) = run_to_end(&case, &format!("{base}-uninterrupted"));
     for boundary in 1..=5u32 {
         let scope = format!("{base}-kill{boundary}");
@@ -159,10 +144,10 @@ fn kill_at_every_boundary(store: String) {
 fn two_processes_start_one_run(store: String) {
     let case = Case {
         store,
-        ledger: std::env::temp_dir().join(format!("{}.ledger", unique("dup"))),
+        ledger: support::temp_path("dup", "ledger"),
         order: 777,
     };
-    let scope = unique("dup");
+    let scope = support::unique("dup");
     let children: Vec<_> = (0..2)
         .map(|_| command(&case, &scope, None).spawn().unwrap())
         .collect();
@@ -186,23 +171,16 @@ fn two_processes_start_one_run(store: String) {
     );
 }
 
-fn sqlite() -> String {
-    format!(
-        "sqlite:{}",
-        std::env::temp_dir()
-            .join(format!("{}.db", unique("agent")))
-            .display()
-    )
-}
-
 #[test]
 fn sqlite_agent_task_killed_at_every_step_boundary_resumes_exactly_once() {
-    kill_at_every_boundary(sqlite());
+    let (path, _cleanup) = cleanup::sqlite_file("agent");
+    kill_at_every_boundary(format!("sqlite:{path}"));
 }
 
 #[test]
 fn sqlite_duplicate_start_from_two_processes_is_one_run() {
-    two_processes_start_one_run(sqlite());
+    let (path, _cleanup) = cleanup::sqlite_file("agent");
+    two_processes_start_one_run(format!("sqlite:{path}"));
 }
 
 #[test]

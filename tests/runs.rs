@@ -54,6 +54,18 @@ async fn counted(label: &str) -> Result<String, Error> {
     Ok(format!("{label}-done"))
 }
 
+/// The run's first two steps: each answers its result, whether it ran or was reread.
+async fn reserve_and_charge(run: &Run) {
+    assert_eq!(
+        run.step("reserve", || counted("reserve")).await.unwrap(),
+        "reserve-done"
+    );
+    assert_eq!(
+        run.step("charge", || counted("charge")).await.unwrap(),
+        "charge-done"
+    );
+}
+
 // MemoryStore runs on tokio's clock: the paused clock waits the lease out exactly.
 #[tokio::test(start_paused = true)]
 async fn a_resumed_run_rereads_finished_steps_instead_of_running_them() {
@@ -61,14 +73,7 @@ async fn a_resumed_run_rereads_finished_steps_instead_of_running_them() {
     let intent = json!({"order": 77});
     with_store(Arc::clone(&store), async {
         let run = Run::start_with("fulfil", &intent, short()).await.unwrap();
-        assert_eq!(
-            run.step("reserve", || counted("reserve")).await.unwrap(),
-            "reserve-done"
-        );
-        assert_eq!(
-            run.step("charge", || counted("charge")).await.unwrap(),
-            "charge-done"
-        );
+        reserve_and_charge(&run).await;
         let mails = run.enter(send_email(77)).await.unwrap();
         assert_eq!(mails, 1);
         // The worker dies here: its handle goes away without finishing.
@@ -81,14 +86,7 @@ async fn a_resumed_run_rereads_finished_steps_instead_of_running_them() {
     with_store(Arc::clone(&store), async {
         let run = Run::start_with("fulfil", &intent, short()).await.unwrap();
         assert_eq!(run.status(), &RunStatus::Resumed);
-        assert_eq!(
-            run.step("reserve", || counted("reserve")).await.unwrap(),
-            "reserve-done"
-        );
-        assert_eq!(
-            run.step("charge", || counted("charge")).await.unwrap(),
-            "charge-done"
-        );
+        reserve_and_charge(&run).await;
         assert_eq!(
             run.enter(send_email(77)).await.unwrap(),
             1,

@@ -19,35 +19,27 @@
 //!
 //! Each test's summary line is printed and recorded as a figure (`tests/figures/mod.rs`).
 
+#[path = "support/calls.rs"]
+mod calls;
 mod figures;
+#[path = "support/stores.rs"]
+mod stores;
+mod support;
+use calls::ToolError;
+use stores::{Delegate, Wrapped};
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tool_contracts::store::{
-    ClaimOutcome, ClaimRequest, Completion, HistoryEvent, HistoryKind, PostgresStore, Record,
-    RecordState, RedisStore, ResolveRequest, Store, StoreError,
+    Completion, HistoryKind, PostgresStore, RecordState, RedisStore, Store, StoreError,
 };
-use tool_contracts::{mutating_tool, with_scope, with_store, Error, MemoryStore};
-
-#[derive(Debug, thiserror::Error, Serialize, Deserialize)]
-pub enum FaultError {
-    #[error("{0}")]
-    Contract(String),
-}
-
-impl From<Error> for FaultError {
-    fn from(e: Error) -> Self {
-        FaultError::Contract(format!("{}: {e}", e.code()))
-    }
-}
+use tool_contracts::{mutating_tool, with_scope, with_store, MemoryStore};
 
 // ---------------------------------------------------------------------------------------
 // Effects: every body start, with its time, per (kind, store id, intent).
@@ -86,7 +78,7 @@ fn effect_count(store_id: u64) -> usize {
 
 /// Charges once; `verify` looks at the effect log.
 #[mutating_tool(idempotency_key_fields = [store_id, intent], lease = "1s", verify = verify_fault_charge)]
-pub async fn fault_charge(store_id: u64, intent: u64) -> Result<String, FaultError> {
+pub async fn fault_charge(store_id: u64, intent: u64) -> Result<String, ToolError> {
     record_effect("verified", store_id, intent);
     tokio::time::sleep(Duration::from_millis(15)).await;
     Ok(format!("charged-{store_id}-{intent}"))
@@ -95,14 +87,14 @@ pub async fn fault_charge(store_id: u64, intent: u64) -> Result<String, FaultErr
 pub async fn verify_fault_charge(
     store_id: &u64,
     intent: &u64,
-) -> Result<Option<String>, FaultError> {
+) -> Result<Option<String>, ToolError> {
     let done = effects_of("verified", *store_id).contains_key(intent);
     Ok(done.then(|| format!("charged-{store_id}-{intent}")))
 }
 
 /// Charges once, without `verify`.
 #[mutating_tool(idempotency_key_fields = [store_id, intent], lease = "1s")]
-pub async fn fault_charge_plain(store_id: u64, intent: u64) -> Result<String, FaultError> {
+pub async fn fault_charge_plain(store_id: u64, intent: u64) -> Result<String, ToolError> {
     record_effect("plain", store_id, intent);
     tokio::time::sleep(Duration::from_millis(15)).await;
     Ok(format!("plain-{store_id}-{intent}"))
@@ -117,14 +109,6 @@ fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
-}
-
-fn unique(label: &str) -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{label}-{}-{nanos}", std::process::id())
 }
 
 fn run(cmd: &mut Command) -> bool {
@@ -177,7 +161,7 @@ impl PrivateRedis {
             skip("redis-server");
             return None;
         }
-        let dir = std::env::temp_dir().join(unique("tc-faults-redis"));
+        let dir = std::env::temp_dir().join(support::unique("tc-faults-redis"));
         std::fs::create_dir_all(&dir).unwrap();
         let server = PrivateRedis {
             port: free_port(),
@@ -198,15 +182,16 @@ impl PrivateRedis {
             .map(|p| p.trim().to_owned())
     }
 
+    /// The server answers `PONG` (not `LOADING`: it has read its append-only file).
     fn ping(&self) -> bool {
-        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
-            return false;
-        };
-        let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
-        let mut buf = [0u8; 64];
-        s.write_all(b"PING\r\n").is_ok()
-            && s.read(&mut buf)
-                .is_ok_and(|n| buf[..n].starts_with(b"+PONG"))
+        let timeout = Some(Duration::from_secs(1));
+        redis::Client::open(self.url())
+            .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)))
+            .and_then(|mut conn| {
+                conn.set_read_timeout(timeout)?;
+                redis::cmd("PING").query::<String>(&mut conn)
+            })
+            .is_ok_and(|pong| pong == "PONG")
     }
 
     fn up(&self) {
@@ -302,7 +287,7 @@ impl PrivatePostgres {
             .arg("-u")
             .output()
             .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
-        let dir = std::env::temp_dir().join(unique("tc-faults-pg"));
+        let dir = std::env::temp_dir().join(support::unique("tc-faults-pg"));
         std::fs::create_dir_all(&dir).unwrap();
         if as_postgres {
             run_checked("chown", Command::new("chown").arg("postgres").arg(&dir));
@@ -459,7 +444,7 @@ async fn stop_start(
     up: impl FnOnce() + Send + 'static,
 ) {
     let started = Instant::now();
-    let scope = unique(label);
+    let scope = support::unique(label);
     let (store2, scope2) = (Arc::clone(&store), scope.clone());
     // Before the fault: 10 intents done.
     let before = with_store(
@@ -709,24 +694,14 @@ struct SlowRenew {
 }
 
 #[async_trait::async_trait]
-impl Store for SlowRenew {
-    async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
-        self.inner.claim(req).await
-    }
-    async fn takeover(
-        &self,
-        req: ClaimRequest<'_>,
-        stale: u64,
-    ) -> Result<ClaimOutcome, StoreError> {
-        self.inner.takeover(req, stale).await
+impl Delegate for SlowRenew {
+    fn inner(&self) -> &dyn Store {
+        &*self.inner
     }
     async fn complete(&self, key: &str, token: u64, c: Completion<'_>) -> Result<(), StoreError> {
         let r = self.inner.complete(key, token, c).await;
         self.completions.lock().unwrap().push((token, r.clone()));
         r
-    }
-    async fn release(&self, key: &str, token: u64) -> Result<(), StoreError> {
-        self.inner.release(key, token).await
     }
     async fn renew(&self, key: &str, token: u64, lease: Duration) -> Result<(), StoreError> {
         let mut gate = self.gate.clone();
@@ -734,27 +709,6 @@ impl Store for SlowRenew {
         let r = self.inner.renew(key, token, lease).await;
         self.renewals.lock().unwrap().push((token, r.clone()));
         r
-    }
-    async fn abandon(&self, key: &str, token: u64) -> Result<(), StoreError> {
-        self.inner.abandon(key, token).await
-    }
-    async fn lookup(&self, key: &str) -> Result<Option<Record>, StoreError> {
-        self.inner.lookup(key).await
-    }
-    async fn pending(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
-        self.inner.pending(limit).await
-    }
-    async fn resolve(&self, request: ResolveRequest<'_>) -> Result<(), StoreError> {
-        self.inner.resolve(request).await
-    }
-    async fn history(&self, key: &str) -> Result<Vec<HistoryEvent>, StoreError> {
-        self.inner.history(key).await
-    }
-    async fn purge_expired(&self) -> Result<u64, StoreError> {
-        self.inner.purge_expired().await
-    }
-    async fn wait(&self, key: &str, timeout: Duration) {
-        self.inner.wait(key, timeout).await
     }
 }
 
@@ -765,7 +719,7 @@ static JOBS: Mutex<BTreeMap<u64, Job>> = Mutex::new(BTreeMap::new());
 
 /// The first body (worker A) runs until the test lets it go; later bodies return at once.
 #[mutating_tool(idempotency_key_fields = [job], lease = "200ms", on_unknown = "rerun")]
-pub async fn slow_job(job: u64) -> Result<String, FaultError> {
+pub async fn slow_job(job: u64) -> Result<String, ToolError> {
     let (n, hold) = {
         let mut jobs = JOBS.lock().unwrap();
         let entry = jobs.entry(job).or_default();
@@ -788,13 +742,13 @@ async fn stale_holder_is_fenced(label: &str, job: u64, inner: Arc<dyn Store>) {
         .unwrap()
         .insert(job, (0, Some(Arc::clone(&hold))));
     let (open, gate) = watch::channel(false);
-    let slow = Arc::new(SlowRenew {
+    let slow = Arc::new(Wrapped(SlowRenew {
         inner: Arc::clone(&inner),
         gate,
         renewals: Mutex::new(Vec::new()),
         completions: Mutex::new(Vec::new()),
-    });
-    let scope = unique(label);
+    }));
+    let scope = support::unique(label);
     // Worker A: its renewals never land in time.
     let a = tokio::spawn(with_store(
         Arc::clone(&slow),
@@ -852,12 +806,7 @@ async fn stale_holder_is_fenced(label: &str, job: u64, inner: Arc<dyn Store>) {
         "[{label}] later callers get B's result"
     );
     let key = with_scope(scope, async {
-        tool_contracts::registry()
-            .get("slow_job")
-            .unwrap()
-            .key(&serde_json::json!({ "job": job }))
-            .unwrap()
-            .unwrap()
+        stores::key_of("slow_job", &serde_json::json!({ "job": job }))
     })
     .await;
     let record = inner.lookup(&key).await.unwrap().expect("record");

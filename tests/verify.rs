@@ -13,7 +13,15 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use serde_json::json;
+use tool_contracts::store::{Store, StoreError};
 use tool_contracts::{mutating_tool, recover_once, registry, with_store, Error, MemoryStore};
+
+#[path = "support/calls.rs"]
+mod calls;
+#[path = "support/stores.rs"]
+mod stores;
+use calls::abandon_first_call;
+use stores::Op;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BankError {
@@ -65,13 +73,6 @@ impl Ledger {
             .get(&id)
             .and_then(|e| e.last().cloned())
     }
-}
-
-/// Drops the first call mid-body, then lets its lease run out.
-async fn abandon_first_call<F: std::future::Future>(call: F) {
-    let first = tokio::time::timeout(Duration::from_millis(100), call).await;
-    assert!(first.is_err(), "the first call was dropped mid-body");
-    tokio::time::sleep(Duration::from_secs(2)).await;
 }
 
 // (a) verify finds the effect.
@@ -430,12 +431,7 @@ pub async fn looped_verify(id: &u64, ledger: &Ledger) -> Result<Option<String>, 
 async fn the_recovery_loop_reconciles_an_abandoned_call_on_its_own() {
     let registry = registry().with_context(Ledger::new());
     let store = std::sync::Arc::new(MemoryStore::new());
-    let key = registry
-        .get("looped_transfer")
-        .unwrap()
-        .key(&json!({ "id": 41 }))
-        .unwrap()
-        .unwrap();
+    let key = stores::key_of("looped_transfer", &json!({ "id": 41 }));
     with_store(std::sync::Arc::clone(&store), async {
         let first = registry.call("looped_transfer", json!({ "id": 41 }));
         assert!(tokio::time::timeout(Duration::from_millis(100), first)
@@ -475,100 +471,20 @@ async fn the_recovery_loop_reconciles_an_abandoned_call_on_its_own() {
 }
 
 /// A store whose takeovers fail (the server went away between the two statements).
-struct TakeoverFails(MemoryStore);
-
-#[async_trait::async_trait]
-impl tool_contracts::Store for TakeoverFails {
-    async fn claim(
-        &self,
-        req: tool_contracts::store::ClaimRequest<'_>,
-    ) -> Result<tool_contracts::store::ClaimOutcome, tool_contracts::store::StoreError> {
-        self.0.claim(req).await
-    }
-    async fn takeover(
-        &self,
-        _req: tool_contracts::store::ClaimRequest<'_>,
-        _stale_token: u64,
-    ) -> Result<tool_contracts::store::ClaimOutcome, tool_contracts::store::StoreError> {
-        Err(tool_contracts::store::StoreError::unavailable_message(
-            "connection reset during takeover",
-        ))
-    }
-    async fn complete(
-        &self,
-        key: &str,
-        token: u64,
-        c: tool_contracts::store::Completion<'_>,
-    ) -> Result<(), tool_contracts::store::StoreError> {
-        self.0.complete(key, token, c).await
-    }
-    async fn release(
-        &self,
-        key: &str,
-        token: u64,
-    ) -> Result<(), tool_contracts::store::StoreError> {
-        self.0.release(key, token).await
-    }
-    async fn renew(
-        &self,
-        key: &str,
-        token: u64,
-        lease: Duration,
-    ) -> Result<(), tool_contracts::store::StoreError> {
-        self.0.renew(key, token, lease).await
-    }
-    async fn abandon(
-        &self,
-        key: &str,
-        token: u64,
-    ) -> Result<(), tool_contracts::store::StoreError> {
-        self.0.abandon(key, token).await
-    }
-    async fn lookup(
-        &self,
-        key: &str,
-    ) -> Result<Option<tool_contracts::store::Record>, tool_contracts::store::StoreError> {
-        self.0.lookup(key).await
-    }
-    async fn pending(
-        &self,
-        limit: usize,
-    ) -> Result<Vec<tool_contracts::store::Record>, tool_contracts::store::StoreError> {
-        self.0.pending(limit).await
-    }
-    async fn resolve(
-        &self,
-        request: tool_contracts::store::ResolveRequest<'_>,
-    ) -> Result<(), tool_contracts::store::StoreError> {
-        self.0.resolve(request).await
-    }
-    async fn history(
-        &self,
-        key: &str,
-    ) -> Result<Vec<tool_contracts::store::HistoryEvent>, tool_contracts::store::StoreError> {
-        self.0.history(key).await
-    }
-    async fn purge_expired(&self) -> Result<u64, tool_contracts::store::StoreError> {
-        self.0.purge_expired().await
-    }
+fn takeover_fails() -> impl Store {
+    stores::failing(|op| {
+        (op == Op::Takeover)
+            .then(|| StoreError::unavailable_message("connection reset during takeover"))
+    })
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_takeover_the_store_refuses_is_reported_unresolved_not_dropped() {
     let registry = registry().with_context(Ledger::new());
-    let store = std::sync::Arc::new(TakeoverFails(MemoryStore::new()));
-    let key = registry
-        .get("looped_transfer")
-        .unwrap()
-        .key(&json!({ "id": 42 }))
-        .unwrap()
-        .unwrap();
+    let store = std::sync::Arc::new(takeover_fails());
+    let key = stores::key_of("looped_transfer", &json!({ "id": 42 }));
     with_store(std::sync::Arc::clone(&store), async {
-        let first = registry.call("looped_transfer", json!({ "id": 42 }));
-        assert!(tokio::time::timeout(Duration::from_millis(100), first)
-            .await
-            .is_err());
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        abandon_first_call(registry.call("looped_transfer", json!({ "id": 42 }))).await;
         let report = recover_once(&registry).await.unwrap();
         assert_eq!(report.unresolved, [key], "{report:?}");
         assert!(report.completed.is_empty() && report.released.is_empty());

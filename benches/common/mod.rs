@@ -3,6 +3,8 @@
 
 use std::time::{Duration, Instant};
 
+pub mod load;
+
 /// How long and how hard a custom (non-criterion) measurement may run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
@@ -37,6 +39,15 @@ impl Mode {
             Mode::Test => Duration::from_millis(50),
         }
     }
+}
+
+/// A criterion bench binary's `main`: runs `bench` under [`criterion()`]'s configuration,
+/// then prints criterion's summary (what `criterion_group!` and `criterion_main!` expand
+/// to).
+pub fn criterion_main(bench: fn(&mut criterion::Criterion)) {
+    let mut c = criterion();
+    bench(&mut c);
+    c.final_summary();
 }
 
 /// Applies `TOOL_CONTRACTS_BENCH_QUICK=1` to criterion too, so one variable makes every
@@ -113,45 +124,6 @@ pub fn time_for(window: Duration, mut f: impl FnMut()) -> (u64, Duration) {
         n += 64;
     }
     (n, start.elapsed())
-}
-
-/// Runs `concurrency` tasks on the current multi-thread runtime, each calling `f(i)` with
-/// a fresh `i` from one counter (starting at `start`) until `window` has passed.
-/// Returns (calls, elapsed).
-pub async fn concurrent<F, Fut>(
-    concurrency: usize,
-    window: Duration,
-    start: u64,
-    f: F,
-) -> (u64, Duration)
-where
-    F: Fn(u64) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::Arc;
-    let f = Arc::new(f);
-    let next = Arc::new(AtomicU64::new(start));
-    let began = Instant::now();
-    let tasks: Vec<_> = (0..concurrency)
-        .map(|_| {
-            let f = Arc::clone(&f);
-            let next = Arc::clone(&next);
-            tokio::spawn(async move {
-                let mut n = 0u64;
-                while began.elapsed() < window {
-                    f(next.fetch_add(1, Ordering::Relaxed)).await;
-                    n += 1;
-                }
-                n
-            })
-        })
-        .collect();
-    let mut total = 0;
-    for t in tasks {
-        total += t.await.expect("bench task");
-    }
-    (total, began.elapsed())
 }
 
 /// A two-worker multi-thread runtime (the machine has two cores).

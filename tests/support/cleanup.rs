@@ -1,9 +1,11 @@
-//! What the process-spawning suites (`tests/clock.rs`, `tests/crash_injection.rs`) leave
-//! in the shared servers, removed when the test ends, pass or fail. A file of its own (not
-//! in `support/mod.rs`): it needs the `redis` client, which `runtime/tests` may build
-//! without.
+//! What the process-spawning suites (`tests/clock.rs`, `tests/crash_injection.rs`,
+//! `tests/fleet.rs`, `tests/run_kills.rs`) leave in the shared servers and the temporary
+//! directory, removed when the test ends, pass or fail. A file of its own (not in
+//! `support/mod.rs`): it needs the `redis` and `tokio-postgres` clients, which
+//! `runtime/tests` may build without. Its test file declares `mod support;` beside it.
+#![allow(dead_code)]
 
-use std::process::{Command, Stdio};
+use std::future::Future;
 
 /// Runs its closure when dropped: the test's cleanup, pass or fail.
 pub struct Cleanup(pub Box<dyn Fn()>);
@@ -12,6 +14,41 @@ impl Drop for Cleanup {
     fn drop(&mut self) {
         (self.0)();
     }
+}
+
+/// A fresh SQLite file's path in the temporary directory, and the guard that deletes it
+/// with its `-wal` and `-shm` files.
+pub fn sqlite_file(label: &str) -> (String, Cleanup) {
+    let path = crate::support::temp_path(label, "db").display().to_string();
+    let file = path.clone();
+    let cleanup = Cleanup(Box::new(move || {
+        for ext in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{file}{ext}"));
+        }
+    }));
+    (path, cleanup)
+}
+
+/// A fresh Redis key prefix (ending in `:`), and the guard that deletes every key under it
+/// on the server at `url`.
+pub fn redis_prefix(url: &str, label: &str) -> (String, Cleanup) {
+    let prefix = format!("{}:", crate::support::unique(label));
+    let (u, p) = (url.to_owned(), prefix.clone());
+    (
+        prefix,
+        Cleanup(Box::new(move || redis_delete_prefix(&u, &p))),
+    )
+}
+
+/// A fresh PostgreSQL schema name, and the guard that drops the schema on the server at
+/// `url`.
+pub fn postgres_schema(url: &str, label: &str) -> (String, Cleanup) {
+    let schema = crate::support::unique(label).replace('-', "_");
+    let (u, s) = (url.to_owned(), schema.clone());
+    (
+        schema,
+        Cleanup(Box::new(move || postgres_drop_schema(&u, &s))),
+    )
 }
 
 /// Deletes every key under `prefix` on the Redis server at `url`.
@@ -34,14 +71,30 @@ pub fn redis_delete_prefix(url: &str, prefix: &str) {
 
 /// Drops the PostgreSQL schema a test made.
 pub fn postgres_drop_schema(url: &str, schema: &str) {
-    let _ = Command::new("psql")
-        .args([
-            url,
-            "-q",
-            "-c",
-            &format!("DROP SCHEMA IF EXISTS {schema} CASCADE"),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
+    let (url, sql) = (
+        url.to_owned(),
+        format!("DROP SCHEMA IF EXISTS {schema} CASCADE"),
+    );
+    let dropped = block_on(async move {
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
+        tokio::spawn(connection);
+        client.batch_execute(&sql).await
+    });
+    if let Err(e) = dropped {
+        eprintln!("cleanup: could not drop schema {schema}: {e}");
+    }
+}
+
+/// Runs `task` to its end on a runtime of its own, on a thread of its own: a guard may be
+/// dropped inside a test's runtime, where no other runtime can be started.
+fn block_on<T: Send + 'static>(task: impl Future<Output = T> + Send + 'static) -> T {
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a cleanup runtime")
+            .block_on(task)
+    })
+    .join()
+    .expect("the cleanup thread")
 }

@@ -1,5 +1,8 @@
 //! Shared by the test binaries (`tests/` and, through `#[path]`, `runtime/tests/`): where
-//! the backend suites find their servers.
+//! the backend suites find their servers, and fresh names for what a test makes in them.
+//! Only `std` here: what names `tool_contracts` or a client crate lives in a file of its
+//! own beside this one (`calls.rs`, `cleanup.rs`, `stores.rs`, `workers.rs`, each taken in
+//! by `#[path]`), which `runtime/tests` do not build.
 //!
 //! A suite runs against the URL in its variable; without one, against the server on its
 //! default local port if one listens there, so `cargo test --workspace --all-features`
@@ -11,7 +14,8 @@
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A backend the suites can run against.
 pub struct Backend {
@@ -88,4 +92,19 @@ fn found_url(backend: &Backend, suite: &str) -> Option<String> {
         addr = backend.default_addr,
     );
     None
+}
+
+/// A name no other test, process or run shares: `label`, this process's id and the time
+/// in nanoseconds (a Redis prefix, a schema, a scope, a temporary file's stem).
+pub fn unique(label: &str) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{label}-{}-{nanos}", std::process::id())
+}
+
+/// A fresh path in the temporary directory: `unique(label)`, then `.extension`.
+pub fn temp_path(label: &str, extension: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("{}.{extension}", unique(label)))
 }

@@ -16,6 +16,8 @@
 //! Run: `bench/agent-effects.sh [--quick]`. PostgreSQL rows need
 //! TOOL_CONTRACTS_POSTGRES_URL and print a loud SKIP line otherwise.
 
+#[path = "../../../benches/common/load.rs"]
+mod load;
 #[allow(dead_code)]
 #[path = "../../../benches/common/tool.rs"]
 mod tool;
@@ -23,7 +25,7 @@ mod tool;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use agent_effects::EffectStore;
 use agent_effects::{EffectKind, EffectOutcome, Runtime};
@@ -37,32 +39,14 @@ struct Args<'a> {
     note: &'a str,
 }
 
+/// Calls per second of [`load::concurrent`], the load loop `benches/` use.
 async fn concurrent<F, Fut>(concurrency: usize, window: Duration, start: u64, f: F) -> f64
 where
     F: Fn(u64) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let f = Arc::new(f);
-    let next = Arc::new(AtomicU64::new(start));
-    let began = Instant::now();
-    let tasks: Vec<_> = (0..concurrency)
-        .map(|_| {
-            let (f, next) = (Arc::clone(&f), Arc::clone(&next));
-            tokio::spawn(async move {
-                let mut n = 0u64;
-                while began.elapsed() < window {
-                    f(next.fetch_add(1, Ordering::Relaxed)).await;
-                    n += 1;
-                }
-                n
-            })
-        })
-        .collect();
-    let mut total = 0;
-    for t in tasks {
-        total += t.await.expect("task");
-    }
-    total as f64 / began.elapsed().as_secs_f64()
+    let (calls, elapsed) = load::concurrent(concurrency, window, start, f).await;
+    calls as f64 / elapsed.as_secs_f64()
 }
 
 async fn ae_call<S: EffectStore + 'static>(rt: Runtime<S>, user_id: u64) {
