@@ -268,6 +268,23 @@ fn run_key(name: &str, intent: &Value, scope: Option<&str>, version: u32) -> Res
     Ok(builder.finish(scope, name, version))
 }
 
+/// The run of `intent` in the caller's scope: the intent as JSON, the scope, the run key.
+/// One rule for `start` and `status_of`, so a read finds exactly what a start made.
+fn locate<I: Serialize + ?Sized>(
+    name: &str,
+    intent: &I,
+    version: u32,
+) -> Result<(Value, Option<Arc<str>>, String), Error> {
+    let intent = serde_json::to_value(intent).map_err(|e| Error::InvalidArguments {
+        tool: name.to_owned(),
+        field: None,
+        message: format!("the intent cannot be encoded as JSON: {e}"),
+    })?;
+    let scope = ambient::caller_scope(name)?;
+    let key = run_key(name, &intent, scope.as_deref(), version)?;
+    Ok((intent, scope, key))
+}
+
 fn store_error(what: &str, key: &str, e: StoreError) -> Error {
     Error::Store {
         tool: what.to_owned(),
@@ -325,13 +342,7 @@ impl Run {
         intent: &I,
         options: RunOptions,
     ) -> Result<Run, Error> {
-        let intent = serde_json::to_value(intent).map_err(|e| Error::InvalidArguments {
-            tool: name.to_owned(),
-            field: None,
-            message: format!("the intent cannot be encoded as JSON: {e}"),
-        })?;
-        let scope = ambient::caller_scope(name)?;
-        let key = run_key(name, &intent, scope.as_deref(), options.version)?;
+        let (intent, scope, key) = locate(name, intent, options.version)?;
         let store = ambient::current_store();
         let args = intent.to_string();
         let fingerprint = crate::key::fingerprint(&args);
@@ -600,15 +611,9 @@ impl Run {
         intent: &I,
         options: RunOptions,
     ) -> Result<Option<RunInfo>, Error> {
-        let intent = serde_json::to_value(intent).map_err(|e| Error::InvalidArguments {
-            tool: name.to_owned(),
-            field: None,
-            message: format!("the intent cannot be encoded as JSON: {e}"),
-        })?;
         // An invalid scope is refused, as by `start`: dropped, it would read the run of
         // the same intent outside any scope (another tenant's, or nobody's).
-        let scope = ambient::caller_scope(name)?;
-        let key = run_key(name, &intent, scope.as_deref(), options.version)?;
+        let (_, _, key) = locate(name, intent, options.version)?;
         let store = ambient::current_store();
         let Some(rec) = store
             .lookup(&key)
