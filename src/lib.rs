@@ -21,6 +21,8 @@
 //! See the README for the options, `docs/key-spec.md` for the key, and the [`Error`]
 //! variants for what a call can fail with.
 #![deny(missing_docs)]
+// docs.rs (nightly, `--cfg docsrs`) marks feature-gated items with the feature they need.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 
 pub use tool_contracts_macros::{mutating_tool, read_only_tool};

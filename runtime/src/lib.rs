@@ -4,6 +4,8 @@
 //! Users depend on the `tool-contracts` facade crate, which re-exports everything here;
 //! the attribute macros reach this crate only through `tool_contracts::__private`.
 #![deny(missing_docs)]
+// docs.rs (nightly, `--cfg docsrs`) marks feature-gated items with the feature they need.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 
 /// `as_str` (the stable lowercase name a surface stores or prints: MCP `_meta`, the

@@ -31,7 +31,7 @@ use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
 use tokio::time::Instant;
 use tool_contracts_runtime::store::{
     ClaimOutcome, ClaimRequest, Completion, HistoryKind, Record, RecordState, Resolution,
-    ResolveRequest, Store, StoreError,
+    ResolveRequest, Store, StoreError, StoreResult,
 };
 use tool_contracts_runtime::MemoryStore;
 
@@ -806,18 +806,13 @@ fn the_model_catches_a_store_without_fencing() {
     struct Unfenced(MemoryStore);
     #[async_trait::async_trait]
     impl Store for Unfenced {
-        async fn claim(&self, r: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+        async fn claim(&self, r: ClaimRequest<'_>) -> StoreResult<ClaimOutcome> {
             self.0.claim(r).await
         }
-        async fn takeover(&self, r: ClaimRequest<'_>, t: u64) -> Result<ClaimOutcome, StoreError> {
+        async fn takeover(&self, r: ClaimRequest<'_>, t: u64) -> StoreResult<ClaimOutcome> {
             self.0.takeover(r, t).await
         }
-        async fn complete(
-            &self,
-            key: &str,
-            token: u64,
-            c: Completion<'_>,
-        ) -> Result<(), StoreError> {
+        async fn complete(&self, key: &str, token: u64, c: Completion<'_>) -> StoreResult {
             // Broken: completes under whatever token holds the key.
             match self.0.lookup(key).await? {
                 Some(Record {
@@ -827,31 +822,31 @@ fn the_model_catches_a_store_without_fencing() {
                 _ => Err(StoreError::LeaseLost { token }),
             }
         }
-        async fn release(&self, key: &str, token: u64) -> Result<(), StoreError> {
+        async fn release(&self, key: &str, token: u64) -> StoreResult {
             self.0.release(key, token).await
         }
-        async fn renew(&self, key: &str, token: u64, lease: Duration) -> Result<(), StoreError> {
+        async fn renew(&self, key: &str, token: u64, lease: Duration) -> StoreResult {
             self.0.renew(key, token, lease).await
         }
-        async fn abandon(&self, key: &str, token: u64) -> Result<(), StoreError> {
+        async fn abandon(&self, key: &str, token: u64) -> StoreResult {
             self.0.abandon(key, token).await
         }
-        async fn lookup(&self, key: &str) -> Result<Option<Record>, StoreError> {
+        async fn lookup(&self, key: &str) -> StoreResult<Option<Record>> {
             self.0.lookup(key).await
         }
-        async fn pending(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
+        async fn pending(&self, limit: usize) -> StoreResult<Vec<Record>> {
             self.0.pending(limit).await
         }
-        async fn resolve(&self, r: ResolveRequest<'_>) -> Result<(), StoreError> {
+        async fn resolve(&self, r: ResolveRequest<'_>) -> StoreResult {
             self.0.resolve(r).await
         }
         async fn history(
             &self,
             key: &str,
-        ) -> Result<Vec<tool_contracts_runtime::store::HistoryEvent>, StoreError> {
+        ) -> StoreResult<Vec<tool_contracts_runtime::store::HistoryEvent>> {
             self.0.history(key).await
         }
-        async fn purge_expired(&self) -> Result<u64, StoreError> {
+        async fn purge_expired(&self) -> StoreResult<u64> {
             self.0.purge_expired().await
         }
     }

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tool_contracts::store::{
-    ClaimOutcome, ClaimRequest, Completion, HistoryEvent, Record, ResolveRequest, Store, StoreError,
+    ClaimOutcome, ClaimRequest, Completion, HistoryEvent, Record, ResolveRequest, Store,
+    StoreError, StoreResult,
 };
 use tool_contracts::{registry, with_store, MemoryStore};
 
@@ -46,32 +47,23 @@ pub trait Delegate: Send + Sync + 'static {
         None
     }
 
-    async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+    async fn claim(&self, req: ClaimRequest<'_>) -> StoreResult<ClaimOutcome> {
         self.inner().claim(req).await
     }
 
-    async fn takeover(
-        &self,
-        req: ClaimRequest<'_>,
-        stale_token: u64,
-    ) -> Result<ClaimOutcome, StoreError> {
+    async fn takeover(&self, req: ClaimRequest<'_>, stale_token: u64) -> StoreResult<ClaimOutcome> {
         self.inner().takeover(req, stale_token).await
     }
 
-    async fn complete(
-        &self,
-        key: &str,
-        token: u64,
-        completion: Completion<'_>,
-    ) -> Result<(), StoreError> {
+    async fn complete(&self, key: &str, token: u64, completion: Completion<'_>) -> StoreResult {
         self.inner().complete(key, token, completion).await
     }
 
-    async fn renew(&self, key: &str, token: u64, lease: Duration) -> Result<(), StoreError> {
+    async fn renew(&self, key: &str, token: u64, lease: Duration) -> StoreResult {
         self.inner().renew(key, token, lease).await
     }
 
-    async fn lookup(&self, key: &str) -> Result<Option<Record>, StoreError> {
+    async fn lookup(&self, key: &str) -> StoreResult<Option<Record>> {
         self.inner().lookup(key).await
     }
 }
@@ -88,63 +80,54 @@ impl<D> Deref for Wrapped<D> {
 }
 
 impl<D: Delegate> Wrapped<D> {
-    fn check(&self, op: Op) -> Result<(), StoreError> {
+    fn check(&self, op: Op) -> StoreResult {
         self.0.fault(op).map_or(Ok(()), Err)
     }
 }
 
 #[async_trait::async_trait]
 impl<D: Delegate> Store for Wrapped<D> {
-    async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+    async fn claim(&self, req: ClaimRequest<'_>) -> StoreResult<ClaimOutcome> {
         self.check(Op::Claim)?;
         self.0.claim(req).await
     }
-    async fn takeover(
-        &self,
-        req: ClaimRequest<'_>,
-        stale_token: u64,
-    ) -> Result<ClaimOutcome, StoreError> {
+    async fn takeover(&self, req: ClaimRequest<'_>, stale_token: u64) -> StoreResult<ClaimOutcome> {
         self.check(Op::Takeover)?;
         self.0.takeover(req, stale_token).await
     }
-    async fn complete(
-        &self,
-        key: &str,
-        token: u64,
-        completion: Completion<'_>,
-    ) -> Result<(), StoreError> {
+    async fn complete(&self, key: &str, token: u64, completion: Completion<'_>) -> StoreResult {
         self.check(Op::Complete)?;
         self.0.complete(key, token, completion).await
     }
-    async fn release(&self, key: &str, token: u64) -> Result<(), StoreError> {
+    async fn release(&self, key: &str, token: u64) -> StoreResult {
         self.check(Op::Release)?;
         self.0.inner().release(key, token).await
     }
-    async fn renew(&self, key: &str, token: u64, lease: Duration) -> Result<(), StoreError> {
+    async fn renew(&self, key: &str, token: u64, lease: Duration) -> StoreResult {
         self.check(Op::Renew)?;
         self.0.renew(key, token, lease).await
     }
-    async fn abandon(&self, key: &str, token: u64) -> Result<(), StoreError> {
+    async fn abandon(&self, key: &str, token: u64) -> StoreResult {
         self.check(Op::Abandon)?;
         self.0.inner().abandon(key, token).await
     }
-    async fn lookup(&self, key: &str) -> Result<Option<Record>, StoreError> {
+    async fn lookup(&self, key: &str) -> StoreResult<Option<Record>> {
         self.check(Op::Lookup)?;
         self.0.lookup(key).await
     }
-    async fn pending(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
+    async fn pending(&self, limit: usize) -> StoreResult<Vec<Record>> {
         self.check(Op::Pending)?;
         self.0.inner().pending(limit).await
     }
-    async fn resolve(&self, request: ResolveRequest<'_>) -> Result<(), StoreError> {
+    async fn resolve(&self, request: ResolveRequest<'_>) -> StoreResult {
         self.check(Op::Resolve)?;
         self.0.inner().resolve(request).await
     }
-    async fn history(&self, key: &str) -> Result<Vec<HistoryEvent>, StoreError> {
+    async fn history(&self, key: &str) -> StoreResult<Vec<HistoryEvent>> {
         self.check(Op::History)?;
         self.0.inner().history(key).await
     }
-    async fn purge_expired(&self) -> Result<u64, StoreError> {
+    async fn purge_expired(&self) -> StoreResult<u64> {
         self.check(Op::PurgeExpired)?;
         self.0.inner().purge_expired().await
     }

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use super::{
     ClaimOutcome, ClaimRequest, Completion, HistoryEvent, HistoryKind, Record, RecordState,
-    Resolution, ResolveRequest, Store, StoreError,
+    Resolution, ResolveRequest, Store, StoreError, StoreResult,
 };
 
 /// Shards keep two workers on different keys from contending for one lock.
@@ -378,7 +378,7 @@ impl Entry {
 
 #[async_trait::async_trait]
 impl Store for MemoryStore {
-    async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+    async fn claim(&self, req: ClaimRequest<'_>) -> StoreResult<ClaimOutcome> {
         let now = Instant::now();
         let (hash, mut guard) = self.shard(req.key);
         let shard = &mut *guard;
@@ -403,11 +403,7 @@ impl Store for MemoryStore {
         Ok(ClaimOutcome::Acquired { token })
     }
 
-    async fn takeover(
-        &self,
-        req: ClaimRequest<'_>,
-        stale_token: u64,
-    ) -> Result<ClaimOutcome, StoreError> {
+    async fn takeover(&self, req: ClaimRequest<'_>, stale_token: u64) -> StoreResult<ClaimOutcome> {
         let now = Instant::now();
         let (hash, mut guard) = self.shard(req.key);
         let shard = &mut *guard;
@@ -442,12 +438,7 @@ impl Store for MemoryStore {
         Ok(ClaimOutcome::Acquired { token })
     }
 
-    async fn complete(
-        &self,
-        key: &str,
-        token: u64,
-        completion: Completion<'_>,
-    ) -> Result<(), StoreError> {
+    async fn complete(&self, key: &str, token: u64, completion: Completion<'_>) -> StoreResult {
         let now = Instant::now();
         let (hash, mut shard) = self.shard(key);
         match shard.records.get_mut(hash, key) {
@@ -461,7 +452,7 @@ impl Store for MemoryStore {
         }
     }
 
-    async fn release(&self, key: &str, token: u64) -> Result<(), StoreError> {
+    async fn release(&self, key: &str, token: u64) -> StoreResult {
         let (hash, mut guard) = self.shard(key);
         let shard = &mut *guard;
         match shard.records.get(hash, key) {
@@ -477,7 +468,7 @@ impl Store for MemoryStore {
         }
     }
 
-    async fn abandon(&self, key: &str, token: u64) -> Result<(), StoreError> {
+    async fn abandon(&self, key: &str, token: u64) -> StoreResult {
         let now = Instant::now();
         let (hash, mut shard) = self.shard(key);
         let Some(entry) = shard.records.get_mut(hash, key) else {
@@ -499,7 +490,7 @@ impl Store for MemoryStore {
         }
     }
 
-    async fn renew(&self, key: &str, token: u64, lease: Duration) -> Result<(), StoreError> {
+    async fn renew(&self, key: &str, token: u64, lease: Duration) -> StoreResult {
         let now = Instant::now();
         let (hash, mut shard) = self.shard(key);
         match shard.records.get_mut(hash, key) {
@@ -523,13 +514,13 @@ impl Store for MemoryStore {
         }
     }
 
-    async fn lookup(&self, key: &str) -> Result<Option<Record>, StoreError> {
+    async fn lookup(&self, key: &str) -> StoreResult<Option<Record>> {
         let now = Instant::now();
         let (hash, shard) = self.shard(key);
         Ok(shard.records.get(hash, key).map(|e| e.record(now)))
     }
 
-    async fn pending(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
+    async fn pending(&self, limit: usize) -> StoreResult<Vec<Record>> {
         let now = Instant::now();
         let mut pending: Vec<(Instant, Record)> = Vec::new();
         for shard in self.shards.iter() {
@@ -546,7 +537,7 @@ impl Store for MemoryStore {
         Ok(pending.into_iter().take(limit).map(|(_, r)| r).collect())
     }
 
-    async fn resolve(&self, request: ResolveRequest<'_>) -> Result<(), StoreError> {
+    async fn resolve(&self, request: ResolveRequest<'_>) -> StoreResult {
         let now = Instant::now();
         let token = self.token();
         let key = request.key;
@@ -575,7 +566,7 @@ impl Store for MemoryStore {
         Ok(())
     }
 
-    async fn history(&self, key: &str) -> Result<Vec<HistoryEvent>, StoreError> {
+    async fn history(&self, key: &str) -> StoreResult<Vec<HistoryEvent>> {
         let (hash, shard) = self.shard(key);
         let events = match shard.records.get(hash, key) {
             Some(entry) => &entry.history,
@@ -587,7 +578,7 @@ impl Store for MemoryStore {
         Ok(events.iter().map(Event::public).collect())
     }
 
-    async fn purge_expired(&self) -> Result<u64, StoreError> {
+    async fn purge_expired(&self) -> StoreResult<u64> {
         Ok(self.purge_now())
     }
 

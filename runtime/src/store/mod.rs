@@ -32,6 +32,9 @@ pub use redis::{RedisStore, RedisStoreBuilder};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 
+/// What every [`Store`] method returns (`()` unless it answers with a value).
+pub type StoreResult<T = ()> = Result<T, StoreError>;
+
 /// Why a store operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -359,54 +362,45 @@ pub struct HistoryEvent {
 pub trait Store: Send + Sync + 'static {
     /// Atomically claims `req.key`, or reports who has it. An expired completed record
     /// counts as absent.
-    async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError>;
+    async fn claim(&self, req: ClaimRequest<'_>) -> StoreResult<ClaimOutcome>;
 
     /// Takes over an abandoned claim held under `stale_token`; answers like
     /// [`claim`](Store::claim) if the key is no longer abandoned under that token (it was
     /// completed, released or taken over meanwhile).
-    async fn takeover(
-        &self,
-        req: ClaimRequest<'_>,
-        stale_token: u64,
-    ) -> Result<ClaimOutcome, StoreError>;
+    async fn takeover(&self, req: ClaimRequest<'_>, stale_token: u64) -> StoreResult<ClaimOutcome>;
 
     /// Stores the result, if `token` still holds the key; else [`StoreError::LeaseLost`].
-    async fn complete(
-        &self,
-        key: &str,
-        token: u64,
-        completion: Completion<'_>,
-    ) -> Result<(), StoreError>;
+    async fn complete(&self, key: &str, token: u64, completion: Completion<'_>) -> StoreResult;
 
     /// Frees the key so a later call runs again, if `token` still holds it; else
     /// [`StoreError::LeaseLost`].
-    async fn release(&self, key: &str, token: u64) -> Result<(), StoreError>;
+    async fn release(&self, key: &str, token: u64) -> StoreResult;
 
     /// Extends the holder's lease to `lease` from now, if `token` still holds the key;
     /// else [`StoreError::LeaseLost`].
-    async fn renew(&self, key: &str, token: u64, lease: Duration) -> Result<(), StoreError>;
+    async fn renew(&self, key: &str, token: u64, lease: Duration) -> StoreResult;
 
     /// Gives up the holder's lease at once, leaving the claim abandoned (outcome unknown):
     /// for errors that do not say whether the effect happened. Fenced like `release`.
-    async fn abandon(&self, key: &str, token: u64) -> Result<(), StoreError>;
+    async fn abandon(&self, key: &str, token: u64) -> StoreResult;
 
     /// Reads a key's record, if any (expired records included until purged).
-    async fn lookup(&self, key: &str) -> Result<Option<Record>, StoreError>;
+    async fn lookup(&self, key: &str) -> StoreResult<Option<Record>>;
 
     /// Records not completed (live or abandoned claims), oldest first, at most `limit`.
-    async fn pending(&self, limit: usize) -> Result<Vec<Record>, StoreError>;
+    async fn pending(&self, limit: usize) -> StoreResult<Vec<Record>>;
 
     /// An operator's decision for `request.key`, which must not be completed: completes
     /// or releases it and logs `request.kind` under `request.worker`. Fences out any
     /// holder (its token becomes stale). Refused with [`StoreError::NotPending`] if the
     /// key is completed or absent, so an operator never overwrites a real result.
-    async fn resolve(&self, request: ResolveRequest<'_>) -> Result<(), StoreError>;
+    async fn resolve(&self, request: ResolveRequest<'_>) -> StoreResult;
 
     /// The key's history, oldest first (kept at least as long as its record).
-    async fn history(&self, key: &str) -> Result<Vec<HistoryEvent>, StoreError>;
+    async fn history(&self, key: &str) -> StoreResult<Vec<HistoryEvent>>;
 
     /// Deletes records (and their history) past their expiry; returns how many records.
-    async fn purge_expired(&self) -> Result<u64, StoreError>;
+    async fn purge_expired(&self) -> StoreResult<u64>;
 
     /// Waits until `key` may have changed state, or `timeout` passes. Used by duplicates
     /// that wait for a running call. The default sleeps a short while (polling backends);
@@ -418,46 +412,37 @@ pub trait Store: Send + Sync + 'static {
 
 #[async_trait::async_trait]
 impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
-    async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+    async fn claim(&self, req: ClaimRequest<'_>) -> StoreResult<ClaimOutcome> {
         (**self).claim(req).await
     }
-    async fn takeover(
-        &self,
-        req: ClaimRequest<'_>,
-        stale_token: u64,
-    ) -> Result<ClaimOutcome, StoreError> {
+    async fn takeover(&self, req: ClaimRequest<'_>, stale_token: u64) -> StoreResult<ClaimOutcome> {
         (**self).takeover(req, stale_token).await
     }
-    async fn complete(
-        &self,
-        key: &str,
-        token: u64,
-        completion: Completion<'_>,
-    ) -> Result<(), StoreError> {
+    async fn complete(&self, key: &str, token: u64, completion: Completion<'_>) -> StoreResult {
         (**self).complete(key, token, completion).await
     }
-    async fn release(&self, key: &str, token: u64) -> Result<(), StoreError> {
+    async fn release(&self, key: &str, token: u64) -> StoreResult {
         (**self).release(key, token).await
     }
-    async fn renew(&self, key: &str, token: u64, lease: Duration) -> Result<(), StoreError> {
+    async fn renew(&self, key: &str, token: u64, lease: Duration) -> StoreResult {
         (**self).renew(key, token, lease).await
     }
-    async fn abandon(&self, key: &str, token: u64) -> Result<(), StoreError> {
+    async fn abandon(&self, key: &str, token: u64) -> StoreResult {
         (**self).abandon(key, token).await
     }
-    async fn lookup(&self, key: &str) -> Result<Option<Record>, StoreError> {
+    async fn lookup(&self, key: &str) -> StoreResult<Option<Record>> {
         (**self).lookup(key).await
     }
-    async fn pending(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
+    async fn pending(&self, limit: usize) -> StoreResult<Vec<Record>> {
         (**self).pending(limit).await
     }
-    async fn resolve(&self, request: ResolveRequest<'_>) -> Result<(), StoreError> {
+    async fn resolve(&self, request: ResolveRequest<'_>) -> StoreResult {
         (**self).resolve(request).await
     }
-    async fn history(&self, key: &str) -> Result<Vec<HistoryEvent>, StoreError> {
+    async fn history(&self, key: &str) -> StoreResult<Vec<HistoryEvent>> {
         (**self).history(key).await
     }
-    async fn purge_expired(&self) -> Result<u64, StoreError> {
+    async fn purge_expired(&self) -> StoreResult<u64> {
         (**self).purge_expired().await
     }
     async fn wait(&self, key: &str, timeout: Duration) {

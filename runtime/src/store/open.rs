@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::{MemoryStore, Store, StoreError};
+use super::{MemoryStore, Store, StoreError, StoreResult};
 
 /// Opens the store a URL names:
 ///
@@ -14,7 +14,7 @@ use super::{MemoryStore, Store, StoreError};
 /// | `postgres://…`, `postgresql://…` | `PostgresStore` (feature `postgres`) |
 ///
 /// A scheme whose feature was not compiled in is a clear error naming the feature.
-pub async fn open(url: &str) -> Result<Arc<dyn Store>, StoreError> {
+pub async fn open(url: &str) -> StoreResult<Arc<dyn Store>> {
     let (scheme, rest) = url.split_once(':').unwrap_or((url, ""));
     match scheme {
         "memory" => Ok(Arc::new(MemoryStore::new())),
@@ -35,7 +35,7 @@ fn missing(feature: &str) -> StoreError {
 }
 
 #[cfg(feature = "sqlite")]
-async fn open_sqlite(path: &str) -> Result<Arc<dyn Store>, StoreError> {
+async fn open_sqlite(path: &str) -> StoreResult<Arc<dyn Store>> {
     if path.is_empty() {
         return Err(StoreError::unavailable_message(
             "sqlite: URL without a path: write sqlite:/var/lib/app/keys.db",
@@ -44,24 +44,24 @@ async fn open_sqlite(path: &str) -> Result<Arc<dyn Store>, StoreError> {
     Ok(Arc::new(super::SqliteStore::open(path).await?))
 }
 #[cfg(not(feature = "sqlite"))]
-async fn open_sqlite(_: &str) -> Result<Arc<dyn Store>, StoreError> {
+async fn open_sqlite(_: &str) -> StoreResult<Arc<dyn Store>> {
     Err(missing("sqlite"))
 }
 
 #[cfg(feature = "redis")]
-async fn open_redis(url: &str) -> Result<Arc<dyn Store>, StoreError> {
+async fn open_redis(url: &str) -> StoreResult<Arc<dyn Store>> {
     Ok(Arc::new(super::RedisStore::connect(url).await?))
 }
 #[cfg(not(feature = "redis"))]
-async fn open_redis(_: &str) -> Result<Arc<dyn Store>, StoreError> {
+async fn open_redis(_: &str) -> StoreResult<Arc<dyn Store>> {
     Err(missing("redis"))
 }
 
 #[cfg(feature = "postgres")]
-async fn open_postgres(url: &str) -> Result<Arc<dyn Store>, StoreError> {
+async fn open_postgres(url: &str) -> StoreResult<Arc<dyn Store>> {
     Ok(Arc::new(super::PostgresStore::connect(url).await?))
 }
 #[cfg(not(feature = "postgres"))]
-async fn open_postgres(_: &str) -> Result<Arc<dyn Store>, StoreError> {
+async fn open_postgres(_: &str) -> StoreResult<Arc<dyn Store>> {
     Err(missing("postgres"))
 }

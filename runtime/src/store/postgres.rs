@@ -64,7 +64,7 @@ use tokio_postgres::{NoTls, Row, Statement};
 
 use super::{
     ClaimOutcome, ClaimRequest, Completion, HistoryEvent, HistoryKind, Record, RecordState,
-    Resolution, ResolveRequest, Store, StoreError,
+    Resolution, ResolveRequest, Store, StoreError, StoreResult,
 };
 
 /// The table-name prefix used unless [`PostgresStoreBuilder::table_prefix`] says otherwise.
@@ -213,7 +213,7 @@ impl PostgresStoreBuilder {
     ///
     /// Fails with [`StoreError::Unavailable`] if the URL or a name is invalid, the server
     /// cannot be reached, or its tables are from a newer version of this library.
-    pub async fn connect(self) -> Result<PostgresStore, StoreError> {
+    pub async fn connect(self) -> StoreResult<PostgresStore> {
         let schema = match &self.schema {
             Some(schema) => Some(identifier("schema", schema, MAX_SCHEMA_LEN)?),
             None => None,
@@ -263,7 +263,7 @@ impl PostgresStoreBuilder {
 
 /// Checks a name spliced into SQL: identifiers cannot be bind parameters, so only a
 /// plain lowercase identifier is accepted (it then needs no quoting rules).
-fn identifier(what: &str, name: &str, max_len: usize) -> Result<String, StoreError> {
+fn identifier(what: &str, name: &str, max_len: usize) -> StoreResult<String> {
     let mut chars = name.chars();
     let starts_well = chars
         .next()
@@ -695,7 +695,7 @@ impl PostgresStore {
     ///
     /// Fails with [`StoreError::Unavailable`] if the server cannot be reached within the
     /// connect timeout (5 s unless the URL sets `connect_timeout`).
-    pub async fn connect(url: &str) -> Result<PostgresStore, StoreError> {
+    pub async fn connect(url: &str) -> StoreResult<PostgresStore> {
         Self::builder(url).connect().await
     }
 
@@ -715,7 +715,7 @@ impl PostgresStore {
     /// scoped advisory lock: concurrent connects wait for each other instead of racing on
     /// `CREATE ... IF NOT EXISTS`. Tables already current need neither the lock nor any
     /// DDL, so a role without `CREATE` privileges can connect once they exist.
-    async fn migrate(&self, names: &Names) -> Result<(), StoreError> {
+    async fn migrate(&self, names: &Names) -> StoreResult {
         let step = |what: &'static str| move |e: tokio_postgres::Error| unavailable(what, e);
         let migrations = names.migrations();
         let latest = i32::try_from(migrations.len()).unwrap_or(i32::MAX);
@@ -787,7 +787,7 @@ impl PostgresStore {
         tx.commit().await.map_err(step("committing the migration"))
     }
 
-    async fn client(&self) -> Result<Object, StoreError> {
+    async fn client(&self) -> StoreResult<Object> {
         self.pool
             .get()
             .await
@@ -800,7 +800,7 @@ impl PostgresStore {
         &self,
         what: &str,
         op: impl Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
+    ) -> StoreResult<T> {
         match tokio::time::timeout(self.operation_timeout, op).await {
             Ok(result) => result,
             Err(_) => Err(StoreError::unavailable_message(format!(
@@ -811,7 +811,7 @@ impl PostgresStore {
     }
 
     /// A pooled connection with `sql` prepared on it (and cached there, by its text).
-    async fn prepared(&self, what: &str, sql: &str) -> Result<(Object, Statement), StoreError> {
+    async fn prepared(&self, what: &str, sql: &str) -> StoreResult<(Object, Statement)> {
         let client = self.client().await?;
         let statement = client
             .prepare_cached(sql)
@@ -826,7 +826,7 @@ impl PostgresStore {
         what: &str,
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
-    ) -> Result<Vec<Row>, StoreError> {
+    ) -> StoreResult<Vec<Row>> {
         self.timed(what, async {
             let (client, statement) = self.prepared(what, sql).await?;
             let rows = client.query(&statement, params).await;
@@ -841,7 +841,7 @@ impl PostgresStore {
         what: &str,
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
-    ) -> Result<u64, StoreError> {
+    ) -> StoreResult<u64> {
         self.timed(what, async {
             let (client, statement) = self.prepared(what, sql).await?;
             let changed = client.execute(&statement, params).await;
@@ -858,7 +858,7 @@ impl PostgresStore {
         key: &str,
         token: u64,
         extra: &[&(dyn ToSql + Sync)],
-    ) -> Result<(), StoreError> {
+    ) -> StoreResult {
         // Tokens come from a bigint sequence: one beyond i64 was never issued.
         let Ok(db_token) = i64::try_from(token) else {
             return Err(StoreError::LeaseLost { token });
@@ -883,7 +883,7 @@ impl PostgresStore {
         &self,
         req: ClaimRequest<'_>,
         stale: Option<u64>,
-    ) -> Result<ClaimOutcome, StoreError> {
+    ) -> StoreResult<ClaimOutcome> {
         let what = match stale {
             Some(_) => "takeover",
             None => "claim",
@@ -974,7 +974,7 @@ impl PostgresStore {
 async fn schema_version(
     client: &impl tokio_postgres::GenericClient,
     names: &Names,
-) -> Result<i32, StoreError> {
+) -> StoreResult<i32> {
     let table = &names.version;
     let exists = client
         .query_one("SELECT to_regclass($1) IS NOT NULL AS exists", &[table])
@@ -1009,16 +1009,13 @@ fn corrupt(what: &str, err: &(dyn StdError + 'static)) -> StoreError {
 }
 
 /// Reads a column, answering [`StoreError::Corrupt`] if it is missing or mistyped.
-fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
-    row: &'a Row,
-    column: &str,
-) -> Result<T, StoreError> {
+fn get<'a, T: tokio_postgres::types::FromSql<'a>>(row: &'a Row, column: &str) -> StoreResult<T> {
     row.try_get(column)
         .map_err(|e| corrupt(&format!("column `{column}`"), &e))
 }
 
 /// Reads a fencing token: issued by the sequence, so never negative.
-fn token(row: &Row, column: &str) -> Result<u64, StoreError> {
+fn token(row: &Row, column: &str) -> StoreResult<u64> {
     let raw: i64 = get(row, column)?;
     u64::try_from(raw)
         .map_err(|_| StoreError::Corrupt(format!("postgres: negative fencing token {raw}")))
@@ -1026,7 +1023,7 @@ fn token(row: &Row, column: &str) -> Result<u64, StoreError> {
 
 /// Reads a record row (the columns of [`RECORD_COLUMNS`]), checking that its state is
 /// known and has the fields that state needs.
-fn record(row: &Row) -> Result<Record, StoreError> {
+fn record(row: &Row) -> StoreResult<Record> {
     let key: String = get(row, "key")?;
     let state: String = get(row, "state")?;
     let missing = |column: &str| {
@@ -1066,7 +1063,7 @@ fn record(row: &Row) -> Result<Record, StoreError> {
 
 #[async_trait::async_trait]
 impl Store for PostgresStore {
-    async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+    async fn claim(&self, req: ClaimRequest<'_>) -> StoreResult<ClaimOutcome> {
         let outcome = self.claim_or_takeover(req, None).await;
         // The tables grow only by claims: purge what expired, once per interval, beside us.
         if matches!(outcome, Ok(ClaimOutcome::Acquired { .. })) {
@@ -1081,54 +1078,45 @@ impl Store for PostgresStore {
         outcome
     }
 
-    async fn takeover(
-        &self,
-        req: ClaimRequest<'_>,
-        stale_token: u64,
-    ) -> Result<ClaimOutcome, StoreError> {
+    async fn takeover(&self, req: ClaimRequest<'_>, stale_token: u64) -> StoreResult<ClaimOutcome> {
         self.claim_or_takeover(req, Some(stale_token)).await
     }
 
-    async fn complete(
-        &self,
-        key: &str,
-        token: u64,
-        completion: Completion<'_>,
-    ) -> Result<(), StoreError> {
+    async fn complete(&self, key: &str, token: u64, completion: Completion<'_>) -> StoreResult {
         let ttl = micros(completion.ttl);
         let extra: [&(dyn ToSql + Sync); 3] = [&completion.result, &completion.is_error, &ttl];
         self.fenced("complete", &self.sql.complete, key, token, &extra)
             .await
     }
 
-    async fn release(&self, key: &str, token: u64) -> Result<(), StoreError> {
+    async fn release(&self, key: &str, token: u64) -> StoreResult {
         self.fenced("release", &self.sql.release, key, token, &[])
             .await
     }
 
-    async fn renew(&self, key: &str, token: u64, lease: Duration) -> Result<(), StoreError> {
+    async fn renew(&self, key: &str, token: u64, lease: Duration) -> StoreResult {
         let lease = micros(lease);
         self.fenced("renew", &self.sql.renew, key, token, &[&lease])
             .await
     }
 
-    async fn abandon(&self, key: &str, token: u64) -> Result<(), StoreError> {
+    async fn abandon(&self, key: &str, token: u64) -> StoreResult {
         self.fenced("abandon", &self.sql.abandon, key, token, &[])
             .await
     }
 
-    async fn lookup(&self, key: &str) -> Result<Option<Record>, StoreError> {
+    async fn lookup(&self, key: &str) -> StoreResult<Option<Record>> {
         let rows = self.query("lookup", &self.sql.lookup, &[&key]).await?;
         rows.first().map(record).transpose()
     }
 
-    async fn pending(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
+    async fn pending(&self, limit: usize) -> StoreResult<Vec<Record>> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let rows = self.query("pending", &self.sql.pending, &[&limit]).await?;
         rows.iter().map(record).collect()
     }
 
-    async fn resolve(&self, request: ResolveRequest<'_>) -> Result<(), StoreError> {
+    async fn resolve(&self, request: ResolveRequest<'_>) -> StoreResult {
         let (key, kind, worker) = (request.key, request.kind.as_str(), request.worker);
         let changed = match request.resolution {
             Resolution::Complete { result, ttl } => {
@@ -1155,7 +1143,7 @@ impl Store for PostgresStore {
         }
     }
 
-    async fn history(&self, key: &str) -> Result<Vec<HistoryEvent>, StoreError> {
+    async fn history(&self, key: &str) -> StoreResult<Vec<HistoryEvent>> {
         let rows = self.query("history", &self.sql.history, &[&key]).await?;
         rows.iter()
             .map(|row| {
@@ -1174,7 +1162,7 @@ impl Store for PostgresStore {
             .collect()
     }
 
-    async fn purge_expired(&self) -> Result<u64, StoreError> {
+    async fn purge_expired(&self) -> StoreResult<u64> {
         let rows = self.query("purge", &self.sql.purge, &[]).await?;
         let purged: i64 = match rows.first() {
             Some(row) => get(row, "purged")?,

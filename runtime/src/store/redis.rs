@@ -71,7 +71,7 @@ use redis::{RedisError, Script, Value};
 
 use super::{
     ClaimOutcome, ClaimRequest, Completion, HistoryEvent, HistoryKind, Record, RecordState,
-    Resolution, ResolveRequest, Store, StoreError,
+    Resolution, ResolveRequest, Store, StoreError, StoreResult,
 };
 
 /// The default key prefix.
@@ -462,7 +462,7 @@ impl RedisStoreBuilder {
     /// was not given. Warns once per process when `appendfsync` is not `always` (up to a
     /// second of claims can be lost in a crash). Where the server does not let a client
     /// read its settings (`INFO`/`CONFIG` disabled), it warns and connects.
-    pub async fn connect(mut self) -> Result<RedisStore, StoreError> {
+    pub async fn connect(mut self) -> StoreResult<RedisStore> {
         let (url, allowed_by_url) = strip_persistence_opt_in(&self.url);
         self.allow_without_persistence |= allowed_by_url;
         let client = redis::Client::open(url.as_str())
@@ -528,11 +528,7 @@ fn strip_persistence_opt_in(url: &str) -> (String, bool) {
 /// Refuses a server without an append-only file unless `allowed`; warns (once) when its
 /// fsync policy can lose the last second. Settings a server will not show are warned
 /// about, not refused: managed services often disable `CONFIG`.
-async fn check_persistence(
-    conn: &mut ConnectionManager,
-    addr: &str,
-    allowed: bool,
-) -> Result<(), StoreError> {
+async fn check_persistence(conn: &mut ConnectionManager, addr: &str, allowed: bool) -> StoreResult {
     static WARNED: std::sync::Once = std::sync::Once::new();
     let info: Result<String, _> = redis::cmd("INFO")
         .arg("persistence")
@@ -614,13 +610,13 @@ impl core::fmt::Debug for RedisStore {
 impl RedisStore {
     /// Connects to `url` (`redis://host:port/db`, `rediss://` for TLS) with the default
     /// prefix `tc:` and default timeouts.
-    pub async fn connect(url: &str) -> Result<RedisStore, StoreError> {
+    pub async fn connect(url: &str) -> StoreResult<RedisStore> {
         Self::builder(url).connect().await
     }
 
     /// Connects to `url` with every key under `prefix`, so tenants or test runs sharing a
     /// server stay apart.
-    pub async fn with_prefix(url: &str, prefix: &str) -> Result<RedisStore, StoreError> {
+    pub async fn with_prefix(url: &str, prefix: &str) -> StoreResult<RedisStore> {
         Self::builder(url).prefix(prefix).connect().await
     }
 
@@ -654,7 +650,7 @@ impl RedisStore {
         invocation: &redis::ScriptInvocation<'_>,
         op: &'static str,
         key: &str,
-    ) -> Result<Value, StoreError> {
+    ) -> StoreResult<Value> {
         let mut conn = self.conn.clone();
         invocation
             .invoke_async::<Value>(&mut conn)
@@ -666,7 +662,7 @@ impl RedisStore {
         &self,
         req: &ClaimRequest<'_>,
         stale_token: Option<u64>,
-    ) -> Result<ClaimOutcome, StoreError> {
+    ) -> StoreResult<ClaimOutcome> {
         let (script, op) = match stale_token {
             Some(_) => (&self.scripts.takeover, "takeover"),
             None => (&self.scripts.claim, "claim"),
@@ -703,7 +699,7 @@ impl RedisStore {
         key: &str,
         token: u64,
         more: impl FnOnce(&mut redis::ScriptInvocation<'_>),
-    ) -> Result<(), StoreError> {
+    ) -> StoreResult {
         let mut inv = script.prepare_invoke();
         inv.key(self.record_key(key))
             .key(self.history_key(key))
@@ -720,24 +716,15 @@ impl RedisStore {
 
 #[async_trait::async_trait]
 impl Store for RedisStore {
-    async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+    async fn claim(&self, req: ClaimRequest<'_>) -> StoreResult<ClaimOutcome> {
         self.claim_like(&req, None).await
     }
 
-    async fn takeover(
-        &self,
-        req: ClaimRequest<'_>,
-        stale_token: u64,
-    ) -> Result<ClaimOutcome, StoreError> {
+    async fn takeover(&self, req: ClaimRequest<'_>, stale_token: u64) -> StoreResult<ClaimOutcome> {
         self.claim_like(&req, Some(stale_token)).await
     }
 
-    async fn complete(
-        &self,
-        key: &str,
-        token: u64,
-        completion: Completion<'_>,
-    ) -> Result<(), StoreError> {
+    async fn complete(&self, key: &str, token: u64, completion: Completion<'_>) -> StoreResult {
         let (pending, expiry) = (self.pending_key.as_slice(), self.expiry_key.as_slice());
         self.fenced(&self.scripts.complete, "complete", key, token, |inv| {
             inv.key(pending)
@@ -749,7 +736,7 @@ impl Store for RedisStore {
         .await
     }
 
-    async fn release(&self, key: &str, token: u64) -> Result<(), StoreError> {
+    async fn release(&self, key: &str, token: u64) -> StoreResult {
         let (pending, expiry) = (self.pending_key.as_slice(), self.expiry_key.as_slice());
         self.fenced(&self.scripts.release, "release", key, token, |inv| {
             inv.key(pending).key(expiry);
@@ -757,7 +744,7 @@ impl Store for RedisStore {
         .await
     }
 
-    async fn renew(&self, key: &str, token: u64, lease: Duration) -> Result<(), StoreError> {
+    async fn renew(&self, key: &str, token: u64, lease: Duration) -> StoreResult {
         let expiry = self.expiry_key.as_slice();
         self.fenced(&self.scripts.renew, "renew", key, token, |inv| {
             inv.key(expiry).arg(millis(lease));
@@ -765,7 +752,7 @@ impl Store for RedisStore {
         .await
     }
 
-    async fn abandon(&self, key: &str, token: u64) -> Result<(), StoreError> {
+    async fn abandon(&self, key: &str, token: u64) -> StoreResult {
         self.fenced(&self.scripts.abandon, "abandon", key, token, |_| {})
             .await
     }
@@ -773,7 +760,7 @@ impl Store for RedisStore {
     /// Reads a key's record. Redis deletes a record when it expires, so an expired
     /// record is absent here (unlike [`MemoryStore`](super::MemoryStore), which keeps it
     /// until a purge).
-    async fn lookup(&self, key: &str) -> Result<Option<Record>, StoreError> {
+    async fn lookup(&self, key: &str) -> StoreResult<Option<Record>> {
         let mut inv = self.scripts.lookup.prepare_invoke();
         inv.key(self.record_key(key));
         let reply = self.run(&inv, "lookup", key).await?;
@@ -784,7 +771,7 @@ impl Store for RedisStore {
         parse_record(key, fields).map(Some)
     }
 
-    async fn pending(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
+    async fn pending(&self, limit: usize) -> StoreResult<Vec<Record>> {
         if limit == 0 {
             return Ok(Vec::new());
         }
@@ -810,7 +797,7 @@ impl Store for RedisStore {
             .collect()
     }
 
-    async fn resolve(&self, request: ResolveRequest<'_>) -> Result<(), StoreError> {
+    async fn resolve(&self, request: ResolveRequest<'_>) -> StoreResult {
         let key = request.key;
         let (mode, result, ttl) = match request.resolution {
             Resolution::Complete { result, ttl } => ("complete", result, ttl),
@@ -835,7 +822,7 @@ impl Store for RedisStore {
         }
     }
 
-    async fn history(&self, key: &str) -> Result<Vec<HistoryEvent>, StoreError> {
+    async fn history(&self, key: &str) -> StoreResult<Vec<HistoryEvent>> {
         let mut conn = self.conn.clone();
         let entries: Vec<Vec<u8>> = redis::cmd("LRANGE")
             .arg(self.history_key(key))
@@ -857,7 +844,7 @@ impl Store for RedisStore {
     /// Pending-index entries of records that vanished otherwise (eviction, `DEL`) are
     /// dropped without being counted. Runs in batches of a few hundred keys, each one
     /// script, so a large purge never blocks the server for long.
-    async fn purge_expired(&self) -> Result<u64, StoreError> {
+    async fn purge_expired(&self) -> StoreResult<u64> {
         let mut removed = 0u64;
         loop {
             let mut inv = self.scripts.purge.prepare_invoke();
@@ -974,7 +961,7 @@ fn at(ms: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(ms)
 }
 
-fn parse_outcome(key: &str, op: &str, reply: Value) -> Result<ClaimOutcome, StoreError> {
+fn parse_outcome(key: &str, op: &str, reply: Value) -> StoreResult<ClaimOutcome> {
     let bad = || unexpected(op, key, &reply);
     let items = array(&reply).ok_or_else(bad)?;
     let (tag, rest) = items.split_first().ok_or_else(bad)?;
@@ -1022,7 +1009,7 @@ struct Fields<'a> {
 }
 
 /// Builds a [`Record`] from a flat `HGETALL` reply, checking every field.
-fn parse_record(key: &str, flat: &[Value]) -> Result<Record, StoreError> {
+fn parse_record(key: &str, flat: &[Value]) -> StoreResult<Record> {
     if !flat.len().is_multiple_of(2) {
         return Err(StoreError::Corrupt(format!(
             "redis record for key {key:?}: odd number of hash elements"
@@ -1082,7 +1069,7 @@ fn parse_record(key: &str, flat: &[Value]) -> Result<Record, StoreError> {
 }
 
 /// Parses one history entry, `kind|token|at_ms|worker` (the worker may contain `|`).
-fn parse_event(key: &str, entry: &[u8]) -> Result<HistoryEvent, StoreError> {
+fn parse_event(key: &str, entry: &[u8]) -> StoreResult<HistoryEvent> {
     let bad = || {
         StoreError::Corrupt(format!(
             "redis history of key {key:?} holds a malformed entry: {:?}",

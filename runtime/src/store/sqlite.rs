@@ -61,7 +61,7 @@ use tokio::sync::Notify;
 
 use super::{
     ClaimOutcome, ClaimRequest, Completion, HistoryEvent, HistoryKind, Record, RecordState,
-    Resolution, ResolveRequest, Store, StoreError,
+    Resolution, ResolveRequest, Store, StoreError, StoreResult,
 };
 
 /// How long a write waits for another connection's (or process's) write lock before the
@@ -277,7 +277,7 @@ fn to_token(raw: i64, key: &str) -> Result<u64, Failure> {
 
 /// Opens and configures one connection. `writer` connections also switch the file to WAL
 /// (a persistent property of the file, so readers opened later find it set).
-fn connect(path: &Path, label: &str, writer: bool) -> Result<Connection, StoreError> {
+fn connect(path: &Path, label: &str, writer: bool) -> StoreResult<Connection> {
     let conn = Connection::open(path).map_err(|e| {
         let hint = match path.parent() {
             Some(dir) if !dir.as_os_str().is_empty() && !dir.is_dir() => {
@@ -752,7 +752,7 @@ impl SqliteStore {
     /// Fails with [`StoreError::Unavailable`] naming the path if the file cannot be
     /// opened (e.g. its directory does not exist), stays locked by another process for
     /// more than 5 seconds, cannot use WAL journaling, or has a newer schema version.
-    pub async fn open(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
+    pub async fn open(path: impl AsRef<Path>) -> StoreResult<SqliteStore> {
         let path = path.as_ref().to_path_buf();
         let label = path.display().to_string();
         let (path, label, writer) = {
@@ -870,7 +870,7 @@ impl SqliteStore {
         &self,
         op: &str,
         joined: Result<Result<T, StoreError>, tokio::task::JoinError>,
-    ) -> Result<T, StoreError> {
+    ) -> StoreResult<T> {
         joined.unwrap_or_else(|e| {
             Err(StoreError::unavailable(
                 format!(
@@ -931,7 +931,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 #[async_trait::async_trait]
 impl Store for SqliteStore {
-    async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+    async fn claim(&self, req: ClaimRequest<'_>) -> StoreResult<ClaimOutcome> {
         // A replay or a duplicate of a running call changes nothing: answer it from a
         // reader, in parallel with other readers, without taking the write lock.
         let key = req.key.to_owned();
@@ -961,11 +961,7 @@ impl Store for SqliteStore {
         outcome
     }
 
-    async fn takeover(
-        &self,
-        req: ClaimRequest<'_>,
-        stale_token: u64,
-    ) -> Result<ClaimOutcome, StoreError> {
+    async fn takeover(&self, req: ClaimRequest<'_>, stale_token: u64) -> StoreResult<ClaimOutcome> {
         let req = OwnedClaim::from(req);
         let key = req.key.clone();
         let outcome = self
@@ -998,12 +994,7 @@ impl Store for SqliteStore {
         Ok(outcome)
     }
 
-    async fn complete(
-        &self,
-        key: &str,
-        token: u64,
-        completion: Completion<'_>,
-    ) -> Result<(), StoreError> {
+    async fn complete(&self, key: &str, token: u64, completion: Completion<'_>) -> StoreResult {
         let result = completion.result.to_owned();
         let is_error = completion.is_error;
         let ttl_ms = millis(completion.ttl);
@@ -1037,7 +1028,7 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn release(&self, key: &str, token: u64) -> Result<(), StoreError> {
+    async fn release(&self, key: &str, token: u64) -> StoreResult {
         self.fenced(
             "release",
             key,
@@ -1060,7 +1051,7 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn renew(&self, key: &str, token: u64, lease: Duration) -> Result<(), StoreError> {
+    async fn renew(&self, key: &str, token: u64, lease: Duration) -> StoreResult {
         let Ok(sql_tok) = i64::try_from(token) else {
             return Err(StoreError::LeaseLost { token });
         };
@@ -1083,7 +1074,7 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn abandon(&self, key: &str, token: u64) -> Result<(), StoreError> {
+    async fn abandon(&self, key: &str, token: u64) -> StoreResult {
         self.fenced(
             "abandon",
             key,
@@ -1103,7 +1094,7 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn lookup(&self, key: &str) -> Result<Option<Record>, StoreError> {
+    async fn lookup(&self, key: &str) -> StoreResult<Option<Record>> {
         let key = key.to_owned();
         self.read("lookup", move |conn, _now| {
             select_row(conn, &key)?.map(Row::into_record).transpose()
@@ -1111,7 +1102,7 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn pending(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
+    async fn pending(&self, limit: usize) -> StoreResult<Vec<Record>> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.read("pending", move |conn, _now| {
             let mut stmt = conn.prepare_cached(SELECT_PENDING)?;
@@ -1131,7 +1122,7 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn resolve(&self, request: ResolveRequest<'_>) -> Result<(), StoreError> {
+    async fn resolve(&self, request: ResolveRequest<'_>) -> StoreResult {
         enum Decision {
             Complete { result: String, ttl_ms: i64 },
             Release,
@@ -1186,7 +1177,7 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn history(&self, key: &str) -> Result<Vec<HistoryEvent>, StoreError> {
+    async fn history(&self, key: &str) -> StoreResult<Vec<HistoryEvent>> {
         let key = key.to_owned();
         self.read("history", move |conn, _now| {
             let mut stmt = conn.prepare_cached(
@@ -1218,7 +1209,7 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn purge_expired(&self) -> Result<u64, StoreError> {
+    async fn purge_expired(&self) -> StoreResult<u64> {
         let purged = self
             .write("purge_expired", |conn, now| {
                 // Each step walks an index (expires_ms, the history key index, the small
