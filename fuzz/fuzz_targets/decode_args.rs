@@ -114,10 +114,10 @@ fuzz_target!(|data: &[u8]| {
     ));
     match result {
         Ok(out) => {
-            assert!(!out.replayed);
+            assert_eq!(out.outcome, tool_contracts::Outcome::Executed);
             assert_eq!(
                 key.as_ref().ok().and_then(|k| k.as_deref()),
-                Some(out.key.as_str()),
+                out.key.as_deref(),
                 "key() and call() disagree for {args}"
             );
             assert_eq!(store.len(), 1);
