@@ -5,7 +5,8 @@
 //!   `params.idempotencyKey` included, are what is tested). Each test is named after the
 //!   failure it prevents.
 //! - Over streamable HTTP (`McpServer::serve_http_listener` on a free port) with a real
-//!   HTTP client (hyper): `params.idempotencyKey`, and what the HTTP server refuses.
+//!   HTTP client (hyper): `params.idempotencyKey`, what the HTTP server refuses (foreign
+//!   `Host` and `Origin`, malformed `tools/call` params), and progress notifications.
 //! - With a real client: `python_sdk_end_to_end` runs `tests/mcp/run.sh` (the official
 //!   Python MCP SDK against `examples/mcp_shop`, over stdio and streamable HTTP) when
 //!   `TOOL_CONTRACTS_MCP_E2E=1`; it skips loudly otherwise, and fails in CI (`CI` set).

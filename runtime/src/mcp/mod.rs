@@ -23,10 +23,18 @@
 //!   with `structuredContent` and a text block carrying the same JSON. Contract failures
 //!   (key reused, in progress, outcome unknown, invalid arguments, store down) and the
 //!   tool's own errors are results with `isError: true` whose text says what happened,
-//!   which key, and what to do next. An unknown tool is a JSON-RPC error (`-32602`).
+//!   which key, and what to do next. An unknown tool is a JSON-RPC error (`-32602`), and
+//!   so are malformed params (no `name`, `arguments` not an object), with a message naming
+//!   what to send.
 //!   Every result carries `_meta["dev.tool-contracts/call"]`:
 //!   `{"outcome": "executed" | "replayed" | "reconciled" | "rejected" | "failed", "replayed",
 //!   "key", …}`.
+//! - A call that carries `_meta.progressToken` gets `notifications/progress` each time its
+//!   lease is renewed (every third of the tool's lease) while it runs.
+//! - Over HTTP, a request whose `Origin` is not allowed is refused with `403` (DNS-rebinding
+//!   protection): by default only pages of this machine, see
+//!   [`with_allowed_origins`](McpServer::with_allowed_origins); one without an `Origin` is
+//!   served.
 //! - A client may send its own intent key, as `params.idempotencyKey` or
 //!   `params._meta["dev.tool-contracts/idempotencyKey"]` (1 to 255 characters, no control
 //!   characters). It is folded into the key as a scope `client:<key>` inside any scope the
