@@ -5,7 +5,8 @@
 //!   `params.idempotencyKey` included, are what is tested). Each test is named after the
 //!   failure it prevents.
 //! - Over streamable HTTP (`McpServer::serve_http_listener` on a free port) with a real
-//!   HTTP client (hyper): `params.idempotencyKey`, and what the HTTP server refuses.
+//!   HTTP client (hyper): `params.idempotencyKey`, what the HTTP server refuses (foreign
+//!   `Host` and `Origin`, malformed `tools/call` params), and progress notifications.
 //! - With a real client: `python_sdk_end_to_end` runs `tests/mcp/run.sh` (the official
 //!   Python MCP SDK against `examples/mcp_shop`, over stdio and streamable HTTP) when
 //!   `TOOL_CONTRACTS_MCP_E2E=1`; it skips loudly otherwise, and fails in CI (`CI` set).
@@ -102,6 +103,16 @@ pub async fn declined_charge(user_id: u64) -> Result<Receipt, ShopError> {
     Err(ShopError::Declined(user_id))
 }
 
+/// Runs `ms` milliseconds under a 150 ms lease, so the heartbeat renews it every 50 ms.
+#[mutating_tool(idempotency_key_fields = [job], lease = "150ms")]
+pub async fn long_job(job: u64, ms: u64) -> Result<Receipt, ShopError> {
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+    Ok(Receipt {
+        user_id: job,
+        run: effect(job),
+    })
+}
+
 /// The answer, a number (not an object).
 #[read_only_tool]
 pub async fn answer() -> Result<u64, ShopError> {
@@ -176,6 +187,26 @@ impl Session {
         self.responses(&[id]).await.remove(&id).unwrap()
     }
 
+    /// Sends a request; the notifications the server sent before its answer, and the answer.
+    async fn request_noting(&mut self, method: &str, params: Value) -> (Vec<Value>, Value) {
+        let id = self.submit(method, params).await;
+        let mut notifications = Vec::new();
+        loop {
+            let line = tokio::time::timeout(Duration::from_secs(20), self.reader.next_line())
+                .await
+                .expect("no answer within 20 s")
+                .unwrap()
+                .expect("the server closed the pipe");
+            let message: Value = serde_json::from_str(&line).unwrap();
+            if message["id"] == id {
+                return (notifications, message);
+            }
+            if message.get("id").is_none() {
+                notifications.push(message);
+            }
+        }
+    }
+
     /// A `tools/call` result (panics on a JSON-RPC error).
     async fn call(&mut self, params: Value) -> Value {
         let response = self.request("tools/call", params).await;
@@ -208,7 +239,13 @@ fn the_registered_tool_set_is_exactly_this_files() {
         .collect();
     assert_eq!(
         names,
-        ["answer", "declined_charge", "place_order", "slow_charge"]
+        [
+            "answer",
+            "declined_charge",
+            "long_job",
+            "place_order",
+            "slow_charge"
+        ]
     );
 }
 
@@ -547,6 +584,8 @@ async fn a_store_that_is_down_is_an_error_result_saying_nothing_ran() {
 struct Http {
     addr: std::net::SocketAddr,
     session: Option<String>,
+    /// The `Origin` header sent with every request (a browser's), if any.
+    origin: Option<String>,
     next_id: u64,
 }
 
@@ -570,6 +609,7 @@ impl Http {
         let http = Http {
             addr,
             session: None,
+            origin: None,
             next_id: 0,
         };
         (http, task)
@@ -591,6 +631,9 @@ impl Http {
             .header("host", host)
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream");
+        if let Some(origin) = &self.origin {
+            request = request.header("origin", origin);
+        }
         if let Some(session) = &self.session {
             request = request
                 .header("mcp-session-id", session)
@@ -616,6 +659,11 @@ impl Http {
 
     /// Sends a JSON-RPC request; its answer, from the event stream.
     async fn request(&mut self, method: &str, params: Value) -> Value {
+        self.request_noting(method, params).await.1
+    }
+
+    /// Sends a JSON-RPC request; the notifications on its event stream, and its answer.
+    async fn request_noting(&mut self, method: &str, params: Value) -> (Vec<Value>, Value) {
         self.next_id += 1;
         let id = self.next_id;
         let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
@@ -631,13 +679,19 @@ impl Http {
         if let Some(session) = answer.headers.get("mcp-session-id") {
             self.session = Some(session.to_str().unwrap().to_owned());
         }
-        answer
+        let messages: Vec<Value> = answer
             .body
             .lines()
             .filter_map(|line| line.strip_prefix("data:"))
             .filter_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
+            .collect();
+        let (answers, notifications): (Vec<Value>, Vec<Value>) =
+            messages.into_iter().partition(|m| m.get("id").is_some());
+        let answer = answers
+            .into_iter()
             .find(|message| message["id"] == id)
-            .unwrap_or_else(|| panic!("no answer to {id} in {}", answer.body))
+            .unwrap_or_else(|| panic!("no answer to {id} in {}", answer.body));
+        (notifications, answer)
     }
 
     async fn initialize(&mut self) {
@@ -756,6 +810,185 @@ async fn the_http_server_refuses_other_paths_big_bodies_foreign_hosts_and_shuts_
         .unwrap()
         .unwrap();
     drop(open);
+}
+
+/// JSON-RPC's Invalid params (`-32602`) for a `tools/call` rmcp cannot decode, over HTTP as
+/// over stdio (`mcp::tests` in the runtime): rmcp 3.11 answered `-32601 "tools/call"`.
+#[tokio::test]
+async fn over_http_malformed_tools_call_params_are_invalid_params() {
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let (mut http, serving) = Http::serve(server(), stopped).await;
+    http.initialize().await;
+    for (params, field, says) in [
+        (
+            json!({"arguments": {"user_id": 1}}),
+            "params.name",
+            "`params.name` is missing",
+        ),
+        (
+            json!({"name": "place_order", "arguments": "{\"user_id\": 1}"}),
+            "params.arguments",
+            "not a string holding JSON text",
+        ),
+        (
+            json!({"name": "place_order", "arguments": [1]}),
+            "params.arguments",
+            "not an array",
+        ),
+    ] {
+        let response = http.request("tools/call", params.clone()).await;
+        let error = &response["error"];
+        assert_eq!(error["code"], -32602, "{params}: {response}");
+        assert!(
+            error["message"].as_str().is_some_and(|m| m.contains(says)),
+            "{params}: {response}"
+        );
+        assert_eq!(error["data"]["fields"], json!([field]), "{response}");
+    }
+    let unknown = http.request("no/such/method", json!({})).await;
+    assert_eq!(unknown["error"]["code"], -32601, "{unknown}");
+    stop.send(()).unwrap();
+    serving.await.unwrap().unwrap();
+}
+
+/// The MCP spec's DNS-rebinding rule for streamable HTTP: the `Origin` of every request is
+/// validated. By default a request without one (not a browser) and one from a local page
+/// (`localhost`, `127.0.0.1`, `[::1]`, any port) pass, any other is `403`; an operator's
+/// allow-list (`with_allowed_origins`) replaces the local default.
+#[tokio::test]
+async fn over_http_a_foreign_origin_is_refused_and_local_or_listed_ones_are_served() {
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}}).to_string();
+    let served = |origins: Option<&'static [&'static str]>| async move {
+        let server = match origins {
+            Some(origins) => server().with_allowed_origins(origins.iter().copied()),
+            None => server(),
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let (http, serving) = Http::serve(server, stopped).await;
+        (http, stop, serving)
+    };
+
+    let (mut http, stop, serving) = served(None).await;
+    for origin in [
+        None,
+        Some("http://localhost:5173"),
+        Some("http://127.0.0.1"),
+        Some("https://[::1]:8443"),
+    ] {
+        http.origin = origin.map(str::to_owned);
+        http.session = None;
+        http.initialize().await;
+        let result = http.call(json!({"name": "answer"})).await;
+        assert_eq!(
+            result["structuredContent"],
+            json!({"result": 42}),
+            "{origin:?}"
+        );
+    }
+    http.session = None;
+    for origin in [
+        "https://evil.example",
+        "http://localhost.evil.example",
+        "http://127.0.0.1.evil.example:80",
+        "null",
+        "file://",
+    ] {
+        http.origin = Some(origin.to_owned());
+        let refused = http
+            .send("POST", "/mcp", "127.0.0.1", initialize.clone().into_bytes())
+            .await;
+        assert_eq!(refused.status, 403, "{origin}: {}", refused.body);
+        assert!(
+            refused.body.contains("Origin"),
+            "{origin}: {}",
+            refused.body
+        );
+    }
+    stop.send(()).unwrap();
+    serving.await.unwrap().unwrap();
+
+    let (mut http, stop, serving) = served(Some(&["https://app.example.com"])).await;
+    http.origin = Some("https://app.example.com".to_owned());
+    http.initialize().await;
+    http.origin = Some("http://localhost:5173".to_owned());
+    let replaced = http
+        .send("POST", "/mcp", "127.0.0.1", initialize.clone().into_bytes())
+        .await;
+    assert_eq!(replaced.status, 403, "the list replaces the local default");
+    http.origin = None;
+    let no_origin = http
+        .send("POST", "/mcp", "127.0.0.1", initialize.into_bytes())
+        .await;
+    assert_eq!(no_origin.status, 200, "{}", no_origin.body);
+    stop.send(()).unwrap();
+    serving.await.unwrap().unwrap();
+}
+
+/// Checks the `notifications/progress` a long call sent for `token`: at least one, all with
+/// that token, `progress` increasing, and the lease in the message.
+fn assert_progress(notifications: &[Value], token: &Value) {
+    let progress: Vec<&Value> = notifications
+        .iter()
+        .filter(|n| n["method"] == "notifications/progress")
+        .collect();
+    assert!(
+        !progress.is_empty(),
+        "no progress notification: {notifications:?}"
+    );
+    let mut last = 0.0;
+    for p in &progress {
+        assert_eq!(&p["params"]["progressToken"], token, "{p}");
+        let value = p["params"]["progress"].as_f64().unwrap();
+        assert!(value > last, "progress must increase: {progress:?}");
+        last = value;
+        assert_eq!(p["params"]["message"], "still running; lease renewed");
+    }
+}
+
+/// A client that sends `_meta.progressToken` hears from a long call at each renewal of its
+/// lease (every 50 ms here, for 400 ms); a call without one gets none, and none follows the
+/// answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_call_with_a_progress_token_reports_progress_at_each_lease_renewal() {
+    let mut s = Session::start(server()).await;
+    let call = |job: u64, meta: Value| json!({"name": "long_job", "arguments": {"job": job, "ms": 400}, "_meta": meta});
+    let token = json!("progress-1");
+    let (notifications, answer) = s
+        .request_noting("tools/call", call(112, json!({"progressToken": token})))
+        .await;
+    assert_eq!(answer["result"]["isError"], false, "{answer}");
+    assert_progress(&notifications, &token);
+    // None after the answer: the next answer comes with nothing before it.
+    let (after, _) = s.request_noting("ping", json!({})).await;
+    assert!(after.is_empty(), "{after:?}");
+    // A numeric token is echoed as a number.
+    let (numbered, _) = s
+        .request_noting("tools/call", call(113, json!({"progressToken": 7})))
+        .await;
+    assert_progress(&numbered, &json!(7));
+    let (silent, answer) = s.request_noting("tools/call", call(114, json!({}))).await;
+    assert_eq!(answer["result"]["isError"], false, "{answer}");
+    assert!(silent.is_empty(), "no token, no progress: {silent:?}");
+}
+
+/// The same over streamable HTTP: rmcp routes the notifications to the call's event stream
+/// by their token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http_a_long_call_reports_progress_on_its_event_stream() {
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let (mut http, serving) = Http::serve(server(), stopped).await;
+    http.initialize().await;
+    let token = json!("http-progress");
+    let (notifications, answer) = http
+        .request_noting(
+            "tools/call",
+            json!({"name": "long_job", "arguments": {"job": 115, "ms": 400}, "_meta": {"progressToken": token}}),
+        )
+        .await;
+    assert_eq!(answer["result"]["isError"], false, "{answer}");
+    assert_progress(&notifications, &token);
+    stop.send(()).unwrap();
+    serving.await.unwrap().unwrap();
 }
 
 /// The real-client test: the official Python MCP SDK against `examples/mcp_shop`.

@@ -209,3 +209,23 @@ pub(crate) async fn journal_call(tool: &str, key: &str) -> Result<(), crate::Err
     };
     journal.record(tool, key).await
 }
+
+/// Called after each renewal of a call's lease, while the call runs: the hook through which
+/// the MCP server sends progress notifications without the lease layer knowing about MCP.
+pub(crate) type ProgressHook = Arc<dyn Fn() + Send + Sync>;
+
+tokio::task_local! {
+    static PROGRESS: ProgressHook;
+}
+
+/// Runs `future` with `hook` told of every lease renewal of the calls made inside it.
+#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+pub(crate) async fn with_progress<F: Future>(hook: ProgressHook, future: F) -> F::Output {
+    PROGRESS.scope(hook, future).await
+}
+
+/// The progress hook of the current task, if any. The lease heartbeat takes it when it
+/// starts, since its renewals run in a task of their own, where task-locals are not seen.
+pub(crate) fn current_progress() -> Option<ProgressHook> {
+    PROGRESS.try_with(Arc::clone).ok()
+}

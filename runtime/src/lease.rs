@@ -210,7 +210,7 @@ impl Lease {
             // Polled off a tokio runtime (another executor): renew beside the body in its
             // own task, which needs tokio's timers only once the body has to wait.
             let renewals = async {
-                self.renewals().await;
+                self.renewals(crate::ambient::current_progress()).await;
                 core::future::pending::<core::convert::Infallible>().await
             };
             return tokio::select! {
@@ -259,6 +259,8 @@ impl Lease {
         // stops, and the lease runs out as it should for an abandoned call.
         let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
         let (started_tx, started) = tokio::sync::oneshot::channel::<()>();
+        // Taken here: the task below does not see this task's task-locals.
+        let progress = crate::ambient::current_progress();
         let copy = Lease {
             store: Arc::clone(&self.store),
             key: self.key.clone(),
@@ -270,19 +272,24 @@ impl Lease {
             tokio::select! {
                 biased;
                 _ = &mut stopped => {}
-                () = copy.renewals() => {}
+                () = copy.renewals(progress) => {}
             }
         });
         (stop, Renewals { started, task })
     }
 
-    /// Renews every third of the lease until the lease is lost.
-    async fn renewals(&self) {
+    /// Renews every third of the lease until the lease is lost, telling `progress` (the
+    /// caller's [`ProgressHook`](crate::ambient::ProgressHook)) after each renewal.
+    async fn renewals(&self, progress: Option<crate::ambient::ProgressHook>) {
         let period = (self.lease / 3).max(Duration::from_millis(1));
         loop {
             tokio::time::sleep(period).await;
             match self.store.renew(&self.key, self.token, self.lease).await {
-                Ok(()) => {}
+                Ok(()) => {
+                    if let Some(report) = &progress {
+                        report();
+                    }
+                }
                 Err(StoreError::LeaseLost { .. }) => {
                     tracing::error!(tool = %self.tool, key = %self.key, "tool-contracts: lease lost while the body runs (another worker took the key over); this worker's result will not be stored");
                     return;

@@ -13,7 +13,8 @@ For each transport:
     restarted on the same SQLite file, and the same call retried: the answer is the
     reconciled charge (the tool declares `verify`) or an OutcomeUnknown error (it does not),
     per the contract the server publishes, and the ledger shows exactly one charge;
- 4. 50 concurrent identical calls: one effect, one execution, 49 replays;
+ 4. a long `charge_card` called with a `progress_callback` reports progress at each renewal
+    of its lease; 50 concurrent identical calls: one effect, one execution, 49 replays;
  5. an independent client computes the key of calls of every keyed tool from `tools/list`
     alone (the published `keyFields`, `version` and `keySpec`) and the JSON arguments it
     sends, with tests/key_vectors.py's implementation of docs/key-spec.md, and gets the
@@ -383,6 +384,37 @@ async def a_crash_after_the_effect_is_reconciled_or_reported_unknown(h: Harness)
         check(h.ledger.count("charge", order_id=order_id) == 1, f"charges after the retries: {h.ledger.count('charge', order_id=order_id)}")
 
 
+async def a_long_call_reports_progress_while_its_lease_is_renewed(h: Harness) -> None:
+    """A `progress_callback` (the SDK then sends `_meta.progressToken`) hears from a long
+    call at each renewal of its lease: `charge_card` has a 2 s lease, renewed every 2/3 s,
+    and sleeps 1.6 s here after charging. A replay runs nothing and reports no progress."""
+    order_id = 9100 + len(h.name)
+    args = {"order_id": order_id, "amount_cents": 1200, "card_token": "tok_visa"}
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total, message))
+
+    replay_seen: list[tuple[float, float | None, str | None]] = []
+
+    async def on_replay_progress(progress: float, total: float | None, message: str | None) -> None:
+        replay_seen.append((progress, total, message))
+
+    # Checked once the client is closed: a failure inside it surfaces as its task group's.
+    async with h.connect(MCP_SHOP_CHARGE_DELAY_MS="1600") as (client, _):
+        with anyio.fail_after(30):
+            result = await client.call_tool("charge_card", args, progress_callback=on_progress)
+            replay = await client.call_tool("charge_card", args, progress_callback=on_replay_progress)
+    check(not result.is_error and call_meta(result)["outcome"] == "executed", f"charge: {result}")
+    check(len(seen) >= 1, f"no progress notification during a 1.6 s call with a 2 s lease: {seen}")
+    progress = [p for p, _, _ in seen]
+    check(progress == sorted(set(progress)), f"progress does not increase: {seen}")
+    check(all(m == "still running; lease renewed" and t is None for _, t, m in seen), f"progress: {seen}")
+    print(f"     ({len(seen)} progress notifications: {progress})")
+    check(call_meta(replay)["outcome"] == "replayed" and not replay_seen, f"replay: {call_meta(replay)}, progress {replay_seen}")
+    check(h.ledger.count("charge", order_id=order_id) == 1, "not exactly one charge")
+
+
 async def fifty_concurrent_calls_make_one_effect(h: Harness) -> None:
     args = order_args(50, f"cart-fifty-{h.name}")
     results: list[types.CallToolResult] = []
@@ -489,6 +521,7 @@ SCENARIOS: list[Callable[[Harness], Any]] = [
     tools_are_listed_with_annotations_and_contract,
     a_retry_is_replayed_and_a_changed_argument_is_refused,
     a_crash_after_the_effect_is_reconciled_or_reported_unknown,
+    a_long_call_reports_progress_while_its_lease_is_renewed,
     fifty_concurrent_calls_make_one_effect,
     an_independent_client_computes_the_server_key_from_tools_list,
 ]

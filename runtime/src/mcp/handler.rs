@@ -1,17 +1,19 @@
 //! What the server answers: rmcp's [`ServerHandler`] for [`McpServer`], `tools/list` (the
 //! published tools and their output shapes), `tools/call` (the dedup engine's result as a
-//! `CallToolResult` with its `_meta`), and the client's own intent key.
+//! `CallToolResult` with its `_meta`), the client's own intent key, malformed `tools/call`
+//! params (`-32602`), and progress notifications while a call runs.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode,
-    Implementation, JsonObject, ListToolsResult, MetaObject, PaginatedRequestParams,
+    CallToolRequestMethod, CallToolRequestParams, CallToolResponse, CallToolResult, ConstString,
+    ContentBlock, CustomRequest, CustomResult, ErrorCode, Implementation, JsonObject,
+    ListToolsResult, MetaObject, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
     ServerCapabilities, ServerConfig, Tool,
 };
-use rmcp::service::{RequestContext, RoleServer};
+use rmcp::service::{Peer, RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
 use serde_json::{json, Map, Value};
 
@@ -19,7 +21,7 @@ use super::{
     transport, McpServer, CALL_META_KEY, CLIENT_KEY_MAX_CHARS, CLIENT_KEY_META_KEY,
     CLIENT_KEY_PARAM, WRAPPED_RESULT_FIELD,
 };
-use crate::ambient::{with_scope, with_store};
+use crate::ambient::{with_progress, with_scope, with_store, ProgressHook};
 use crate::error::Error;
 use crate::registry::{ToolDescriptor, ToolOutput};
 
@@ -182,9 +184,155 @@ impl ServerHandler for McpServer {
             Ok(k) => k,
             Err(e) => return Ok(self.error_result(&name, e, None).into()),
         };
-        self.call(&name, request.arguments, client_key)
-            .await
-            .map(Into::into)
+        let call = self.call(&name, request.arguments, client_key);
+        match context.meta.get_progress_token() {
+            Some(token) => with_progress_notifications(&context.peer, token, call).await,
+            None => call.await,
+        }
+        .map(Into::into)
+    }
+
+    /// rmcp 3.11 decodes a client request into `ClientRequest`, a `#[serde(untagged)]` enum
+    /// whose last variant is `CustomRequest`: a `tools/call` whose params do not fit
+    /// `CallToolRequestParams` (no `name`, `arguments` a string or an array) becomes a
+    /// custom request named `tools/call`, and rmcp's default answer to those is `-32601`
+    /// (Method not found) with the method as its message. JSON-RPC wants `-32602` (Invalid
+    /// params) for a method that exists: a `tools/call` gets it here, with a message saying
+    /// what is wrong and what to send. Any other method stays `-32601`. (Params that are no
+    /// object at all make the message no MCP request: rmcp answers `-32600`.)
+    /// Without this, `malformed_tools_call_params_are_invalid_params_naming_what_to_send`
+    /// (`tests.rs`) and `over_http_malformed_tools_call_params_are_invalid_params`
+    /// (`tests/mcp_e2e.rs`) fail.
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        Err(if request.method == CallToolRequestMethod::VALUE {
+            invalid_tools_call_params(request.params.as_ref())
+        } else {
+            // rmcp's own answer.
+            ErrorData::new(ErrorCode::METHOD_NOT_FOUND, request.method, None)
+        })
+    }
+}
+
+/// The `-32602` answer to a `tools/call` whose params rmcp could not decode (see
+/// [`McpServer::on_custom_request`]): every problem found, each with what to send instead.
+fn invalid_tools_call_params(params: Option<&Value>) -> ErrorData {
+    const SHAPE: &str = "`{\"name\": \"<tool>\", \"arguments\": {…}}`";
+    let kind = |value: &Value| match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    };
+    let mut problems = Vec::new();
+    let mut fields = Vec::new();
+    match params {
+        None => {
+            problems.push(format!("`tools/call` has no `params`: send {SHAPE}."));
+            fields.push("params");
+        }
+        Some(Value::Object(params)) => {
+            match params.get("name") {
+                None => problems.push(format!(
+                    "`params.name` is missing: send the tool's name as a string, as in {SHAPE} (`tools/list` lists the names)."
+                )),
+                Some(Value::String(_)) => {}
+                Some(other) => problems.push(format!(
+                    "`params.name` must be the tool's name as a string, not {}.",
+                    kind(other)
+                )),
+            }
+            if !matches!(params.get("name"), Some(Value::String(_))) {
+                fields.push("params.name");
+            }
+            match params.get("arguments") {
+                None | Some(Value::Null | Value::Object(_)) => {}
+                Some(Value::String(text))
+                    if serde_json::from_str::<Value>(text).is_ok_and(|v| v.is_object()) =>
+                {
+                    fields.push("params.arguments");
+                    problems.push(
+                        "`params.arguments` must be an object, not a string holding JSON text: send the object itself, as in `\"arguments\": {\"user_id\": 7}`.".to_owned(),
+                    );
+                }
+                Some(other) => {
+                    fields.push("params.arguments");
+                    problems.push(format!(
+                        "`params.arguments` must be an object mapping each argument's name to its value, not {}: send `{{}}` for a tool without arguments.",
+                        kind(other)
+                    ));
+                }
+            }
+            if problems.is_empty() {
+                // Another member of the wrong type: serde's own words.
+                let detail =
+                    serde_json::from_value::<CallToolRequestParams>(Value::Object(params.clone()))
+                        .err()
+                        .map_or_else(
+                            || "they do not match the MCP schema".to_owned(),
+                            |e| e.to_string(),
+                        );
+                problems.push(format!("{detail}: send {SHAPE}."));
+            }
+        }
+        Some(other) => {
+            problems.push(format!(
+                "`params` must be an object, not {}: send {SHAPE}.",
+                kind(other)
+            ));
+            fields.push("params");
+        }
+    }
+    let message = format!(
+        "Invalid params for `tools/call`, nothing ran. {}",
+        problems.join(" ")
+    );
+    ErrorData::invalid_params(
+        message,
+        Some(
+            json!({ "code": "invalid_params", "method": CallToolRequestMethod::VALUE, "fields": fields }),
+        ),
+    )
+}
+
+/// Runs `call`, sending `notifications/progress` with the client's `token` each time the
+/// call's lease is renewed (every third of the tool's lease, through the lease heartbeat's
+/// hook, [`with_progress`]): a client that asked for progress sees a long call alive, and
+/// can reset its request timeout on each one. The notifications are sent from this task, in
+/// order, with an increasing `progress` and no `total`; they stop when the call ends, so
+/// none follows the response.
+async fn with_progress_notifications<F: Future>(
+    peer: &Peer<RoleServer>,
+    token: ProgressToken,
+    call: F,
+) -> F::Output {
+    let (renewed, mut renewals) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let hook: ProgressHook = Arc::new(move || {
+        // Closed once the call has ended: nothing is left to report.
+        let _ = renewed.send(());
+    });
+    let call = with_progress(hook, call);
+    let notify = async {
+        let mut progress = 0_u32;
+        while renewals.recv().await.is_some() {
+            progress = progress.saturating_add(1);
+            let notification = ProgressNotificationParam::new(token.clone(), f64::from(progress))
+                .with_message("still running; lease renewed");
+            if let Err(e) = peer.notify_progress(notification).await {
+                tracing::debug!(error = %e, "tool-contracts: MCP progress notification not sent");
+            }
+        }
+        core::future::pending::<core::convert::Infallible>().await
+    };
+    tokio::select! {
+        biased;
+        out = call => out,
+        never = notify => match never {},
     }
 }
 

@@ -23,10 +23,18 @@
 //!   with `structuredContent` and a text block carrying the same JSON. Contract failures
 //!   (key reused, in progress, outcome unknown, invalid arguments, store down) and the
 //!   tool's own errors are results with `isError: true` whose text says what happened,
-//!   which key, and what to do next. An unknown tool is a JSON-RPC error (`-32602`).
+//!   which key, and what to do next. An unknown tool is a JSON-RPC error (`-32602`), and
+//!   so are malformed params (no `name`, `arguments` not an object), with a message naming
+//!   what to send.
 //!   Every result carries `_meta["dev.tool-contracts/call"]`:
 //!   `{"outcome": "executed" | "replayed" | "reconciled" | "rejected" | "failed", "replayed",
 //!   "key", …}`.
+//! - A call that carries `_meta.progressToken` gets `notifications/progress` each time its
+//!   lease is renewed (every third of the tool's lease) while it runs.
+//! - Over HTTP, a request whose `Origin` is not allowed is refused with `403` (DNS-rebinding
+//!   protection): by default only pages of this machine, see
+//!   [`with_allowed_origins`](McpServer::with_allowed_origins); one without an `Origin` is
+//!   served.
 //! - A client may send its own intent key, as `params.idempotencyKey` or
 //!   `params._meta["dev.tool-contracts/idempotencyKey"]` (1 to 255 characters, no control
 //!   characters). It is folded into the key as a scope `client:<key>` inside any scope the
@@ -86,6 +94,8 @@ struct Inner {
     name: String,
     version: String,
     instructions: Option<String>,
+    /// The `Origin`s the HTTP server accepts; `None`: pages on this machine only.
+    allowed_origins: Option<Vec<String>>,
     tools: Vec<Tool>,
     shapes: HashMap<&'static str, handler::OutputShape>,
 }
@@ -140,6 +150,7 @@ impl McpServer {
                 name: "tool-contracts".to_owned(),
                 version: env!("CARGO_PKG_VERSION").to_owned(),
                 instructions: Some(DEFAULT_INSTRUCTIONS.to_owned()),
+                allowed_origins: None,
                 tools,
                 shapes,
             }),
@@ -156,6 +167,7 @@ impl McpServer {
                 name: shared.name.clone(),
                 version: shared.version.clone(),
                 instructions: shared.instructions.clone(),
+                allowed_origins: shared.allowed_origins.clone(),
                 tools: shared.tools.clone(),
                 shapes: shared.shapes.clone(),
             },
@@ -195,6 +207,35 @@ impl McpServer {
     /// that mutating tools are safe to retry with the same arguments); `None` sends none.
     pub fn with_instructions(self, instructions: Option<String>) -> Self {
         self.map(|inner| inner.instructions = instructions)
+    }
+
+    /// The browser origins the HTTP server accepts, replacing the default (pages served
+    /// from this machine: `http` and `https` on `localhost`, `127.0.0.1` and `[::1]`, any
+    /// port). The MCP spec requires a streamable HTTP server to validate the `Origin` of
+    /// every request against DNS rebinding: a request whose `Origin` is not listed is
+    /// refused with `403`, and one without an `Origin` (every client that is not a browser)
+    /// is accepted.
+    ///
+    /// Each entry is an origin with its scheme, as rmcp's
+    /// [`StreamableHttpServerConfig::allowed_origins`](rmcp::transport::StreamableHttpServerConfig)
+    /// reads it: `"https://app.example.com"` (its default port, 443), `"http://localhost:*"`
+    /// (any port), `"https://app.example.com:8443"`, or `"null"` (a sandboxed page). An empty
+    /// list refuses every request that carries an `Origin`. The `Host` check is separate:
+    /// requests are still accepted for `localhost`, `127.0.0.1` and `::1` only.
+    ///
+    /// ```
+    /// # use tool_contracts_runtime as tool_contracts;
+    /// # use tool_contracts::mcp::McpServer;
+    /// let server = McpServer::new(tool_contracts::registry().clone())
+    ///     .with_allowed_origins(["https://app.example.com", "http://localhost:*"]);
+    /// ```
+    pub fn with_allowed_origins<I, S>(self, origins: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let origins: Vec<String> = origins.into_iter().map(Into::into).collect();
+        self.map(|inner| inner.allowed_origins = Some(origins))
     }
 
     /// The registry served.

@@ -277,3 +277,99 @@ async fn params_idempotency_key_reaches_the_handler_over_stdio() {
     assert_eq!(meta(4)["clientKey"], "p-1");
     assert!(result(5)["tools"].is_array());
 }
+
+/// JSON-RPC's Invalid params (`-32602`), not Method not found: rmcp 3.11 decodes a
+/// `tools/call` whose params do not fit `CallToolRequestParams` as a custom request, and its
+/// default `on_custom_request` answers `-32601 "tools/call"`. Fails without
+/// `McpServer::on_custom_request` (handler.rs).
+#[tokio::test]
+async fn malformed_tools_call_params_are_invalid_params_naming_what_to_send() {
+    let call = |id: u64, params: Value| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}).to_string()
+    };
+    let steps = [
+        call(1, json!({"arguments": {}})),
+        call(2, json!({"name": "seven", "arguments": "{}"})),
+        call(3, json!({"name": "seven", "arguments": [1, 2]})),
+        call(4, json!({"name": 7})),
+        call(5, json!({"arguments": 5})),
+        json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call"}).to_string(),
+        json!({"jsonrpc": "2.0", "id": 7, "method": "no/such/method", "params": {}}).to_string(),
+    ];
+    let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
+    let answers = exchange(|r, w| seven().serve_io(r, w), &script(&steps)).await;
+    let error = |id: u64| {
+        answers
+            .iter()
+            .find(|a| a["id"] == id)
+            .map(|a| a["error"].clone())
+            .unwrap_or_else(|| panic!("no answer {id}: {answers:?}"))
+    };
+    let expected: [(u64, &[&str], &[&str]); 6] = [
+        (
+            1,
+            &["params.name"],
+            &["`params.name` is missing: send the tool's name as a string"],
+        ),
+        (
+            2,
+            &["params.arguments"],
+            &["not a string holding JSON text: send the object itself"],
+        ),
+        (
+            3,
+            &["params.arguments"],
+            &["must be an object mapping each argument's name to its value, not an array"],
+        ),
+        (
+            4,
+            &["params.name"],
+            &["must be the tool's name as a string, not a number"],
+        ),
+        (
+            5,
+            &["params.name", "params.arguments"],
+            &["`params.name` is missing", "not a number: send `{}`"],
+        ),
+        (6, &["params"], &["`tools/call` has no `params`"]),
+    ];
+    for (id, fields, says) in expected {
+        let error = error(id);
+        assert_eq!(error["code"], -32602, "{id}: {error}");
+        assert_eq!(error["data"]["fields"], json!(fields), "{id}: {error}");
+        let message = error["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with("Invalid params for `tools/call`, nothing ran. "),
+            "{message}"
+        );
+        for said in says {
+            assert!(message.contains(said), "{id}: {message}");
+        }
+    }
+    assert_eq!(
+        error(7)["code"],
+        -32601,
+        "an unknown method stays Method not found"
+    );
+    assert_eq!(error(7)["message"], "no/such/method");
+}
+
+/// The SDK limit `McpServer::on_custom_request` works around. When this fails, rmcp no
+/// longer turns a `tools/call` it cannot decode into a custom request: check what it
+/// answers then, and drop the override if it is `-32602`.
+#[test]
+fn rmcp_still_decodes_malformed_tools_call_as_a_custom_request() {
+    use rmcp::model::{ClientRequest, JsonRpcMessage};
+    let line = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"arguments": "{}"}});
+    let decoded: rmcp::service::RxJsonRpcMessage<rmcp::RoleServer> =
+        serde_json::from_value(line).unwrap();
+    let JsonRpcMessage::Request(request) = decoded else {
+        panic!("not a request: {decoded:?}");
+    };
+    assert!(
+        matches!(&request.request, ClientRequest::CustomRequest(c) if c.method == "tools/call"),
+        "{:?}",
+        request.request
+    );
+}

@@ -3,8 +3,8 @@
 //!
 //! - Streamable HTTP is rmcp's [`StreamableHttpService`] routed at `/mcp` in an
 //!   [`axum::Router`] and served by [`axum::serve()`] with graceful shutdown, as rmcp's own
-//!   examples do. rmcp checks the `Host` (DNS-rebinding protection), the sessions and the
-//!   body limit.
+//!   examples do. rmcp checks the `Host` and the `Origin` (DNS-rebinding protection, with
+//!   [`LOCAL_ORIGINS`] or the operator's list), the sessions and the body limit.
 //! - Stdio frames lines with rmcp's [`JsonRpcMessageCodec`] and answers through rmcp's
 //!   writer ([`TransportWriter`]).
 //!
@@ -66,6 +66,17 @@ use super::{McpServer, CLIENT_KEY_PARAM};
 /// The largest HTTP request body accepted (rmcp's default too); larger ones get `413`.
 const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 
+/// The browser origins accepted by default: pages served from this machine, any port
+/// (rmcp's origin syntax: `:*` is any port). rmcp's own default accepts every `Origin`.
+const LOCAL_ORIGINS: [&str; 6] = [
+    "http://localhost:*",
+    "https://localhost:*",
+    "http://127.0.0.1:*",
+    "https://127.0.0.1:*",
+    "http://[::1]:*",
+    "https://[::1]:*",
+];
+
 impl McpServer {
     /// Serves over stdin/stdout (newline-delimited JSON-RPC) until the client closes stdin.
     pub async fn serve_stdio(self) -> std::io::Result<()> {
@@ -106,9 +117,13 @@ impl McpServer {
     /// returns once the requests in flight are answered. Binding port 0 and reading
     /// [`local_addr`](tokio::net::TcpListener::local_addr) gives a free port.
     ///
-    /// Requests are accepted for the hosts `localhost`, `127.0.0.1` and `::1` only (rmcp's
-    /// DNS-rebinding protection); put a reverse proxy in front to serve other names. Any
-    /// other path is `404`, a body over 4 MiB `413`.
+    /// Requests are accepted for the hosts `localhost`, `127.0.0.1` and `::1` only, and
+    /// from browser pages of those hosts only ([`with_allowed_origins`] changes that; a
+    /// request without an `Origin` is accepted): rmcp's DNS-rebinding protection, `403`
+    /// otherwise. Put a reverse proxy in front to serve other names. Any other path is
+    /// `404`, a body over 4 MiB `413`.
+    ///
+    /// [`with_allowed_origins`]: McpServer::with_allowed_origins
     pub async fn serve_http_listener(
         self,
         listener: tokio::net::TcpListener,
@@ -131,13 +146,29 @@ impl McpServer {
     /// `/mcp` is rmcp's streamable HTTP service (its sessions end when `stop` is
     /// cancelled); every other path is `404`.
     fn router(self, stop: CancellationToken) -> axum::Router {
+        let origins = match &self.inner.allowed_origins {
+            Some(origins) => {
+                for origin in origins
+                    .iter()
+                    .filter(|o| *o != "null" && !o.contains("://"))
+                {
+                    tracing::warn!(origin = %origin, "tool-contracts: an allowed MCP origin has no scheme and matches nothing; write it as `https://host`, `https://host:port` or `http://host:*`");
+                }
+                origins.clone()
+            }
+            None => LOCAL_ORIGINS.map(String::from).to_vec(),
+        };
         let server = self;
         let mcp = StreamableHttpService::new(
             move || Ok(server.clone()),
             Arc::new(LocalSessionManager::default()),
             StreamableHttpServerConfig::default()
                 .with_cancellation_token(stop)
-                .with_max_request_body_bytes(MAX_BODY_BYTES),
+                .with_max_request_body_bytes(MAX_BODY_BYTES)
+                // Validated even when the operator's list is empty (then every `Origin` is
+                // refused); rmcp skips an empty list otherwise.
+                .with_allowed_origins(origins)
+                .enforce_origin_validation(),
         );
         axum::Router::new()
             .route_service("/mcp", mcp)
