@@ -82,6 +82,7 @@ fn request<'a>(key: &'a str) -> ClaimRequest<'a> {
     ClaimRequest {
         key,
         tool: "clock_hold",
+        version: 1,
         scope: None,
         fingerprint: "clock-hold",
         args: "{}",

@@ -25,6 +25,7 @@ async fn an_operator_lists_reads_and_resolves_an_abandoned_key() {
     let req = |key| ClaimRequest {
         key,
         tool: "charge_card",
+        version: 1,
         scope: Some("tenant-7"),
         fingerprint: "card=ab",
         args: r#"{"card":"4242"}"#,
@@ -99,6 +100,7 @@ async fn json_output_parses_and_purge_removes_expired_records() {
     let req = |key, lease| ClaimRequest {
         key,
         tool: "send_mail",
+        version: 1,
         scope: None,
         fingerprint: "a1:00",
         args: r#"{"to":"a@example.com"}"#,

@@ -321,6 +321,7 @@ mod tests {
         ClaimRequest {
             key,
             tool: "lease_test",
+            version: 1,
             scope: None,
             fingerprint,
             args: "{}",

@@ -210,6 +210,7 @@ pub async fn store_with_an_older_result(
     let req = ClaimRequest {
         key: &key,
         tool,
+        version: 1,
         scope: None,
         fingerprint: &fingerprint,
         args: &args,
