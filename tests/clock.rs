@@ -5,8 +5,9 @@
 //! (`clock_worker_entry_point`, a no-op unless `TC_CLOCK_ROLE` is set) under libfaketime
 //! (`faketime -f +1h`, Debian's `faketime` package), which moves every clock the process
 //! reads (`SystemTime`, and tokio's clock with it). B must still see A's lease as live,
-//! through the engine (`in_progress`) and through the store (`ClaimOutcome::InProgress`),
-//! and, once A finished, replay A's result.
+//! through the engine (`in_progress`), through the store (`ClaimOutcome::InProgress`) and
+//! through a read of the operation (`tool_contracts::operation`: `in_progress`, judged by
+//! `Store::observe`'s clock), and, once A finished, replay A's result.
 //!
 //! - Redis and PostgreSQL read the server's clock inside each operation (Redis `TIME`,
 //!   PostgreSQL `clock_timestamp()`): B's clock does not enter, and the check passes.
@@ -50,7 +51,7 @@ use tool_contracts::store::{
     ClaimOutcome, ClaimRequest, PostgresStore, Record, RecordState, RedisStore, SqliteStore, Store,
     StoreError,
 };
-use tool_contracts::{mutating_tool, with_scope, with_store, MemoryStore};
+use tool_contracts::{mutating_tool, operation, with_scope, with_store, MemoryStore};
 
 const LEASE: Duration = Duration::from_secs(3);
 
@@ -196,6 +197,8 @@ struct View {
     store: Option<String>,
     /// The lease remaining, if the store answered `InProgress`.
     lease_remaining_ms: Option<u64>,
+    /// The state of the operation as B read it (`in_progress`, `unknown`, `completed`).
+    operation: Option<String>,
 }
 
 const MARK: &str = "TC_CLOCK_VIEW ";
@@ -212,6 +215,11 @@ async fn worker_b(role: &str) -> View {
     })
     .await;
     let record_seen = store.lookup(&key).await.unwrap().is_some();
+    let read = with_store(
+        Arc::clone(&store),
+        with_scope(scope.clone(), operation(&key)),
+    );
+    let operation = read.await.unwrap().map(|op| op.state.as_str().to_owned());
     let engine = with_store(
         Arc::clone(&store),
         with_scope(scope.clone(), clock_hold(job.clone())),
@@ -237,6 +245,7 @@ async fn worker_b(role: &str) -> View {
         engine,
         store: store_view,
         lease_remaining_ms,
+        operation,
     }
 }
 
@@ -363,6 +372,18 @@ fn check(t: &Trial) -> Result<(), String> {
                 "[{label}] the store must show B a live lease of at most {LEASE:?}, got {other:?}"
             ))
         }
+    }
+    if t.while_held.operation.as_deref() != Some("in_progress") {
+        return Err(format!(
+            "[{label}] a read of the operation must show B a call in progress, got {:?}",
+            t.while_held.operation
+        ));
+    }
+    if t.after.operation.as_deref() != Some("completed") {
+        return Err(format!(
+            "[{label}] a read after A finished must show a completed call, got {:?}",
+            t.after.operation
+        ));
     }
     let expected = format!("held-{}", t.job);
     if t.a_result.as_deref() != Ok(expected.as_str()) {
@@ -500,6 +521,12 @@ fn broken_store_is_caught(backend: &Backend) {
             .is_some_and(|s| s.starts_with("Abandoned")),
         "[{label}] the broken store showed B the live lease as abandoned: {caught}"
     );
+    // It reads operations through the trait's default `observe` (this process's clock).
+    assert_eq!(
+        t.while_held.operation.as_deref(),
+        Some("unknown"),
+        "[{label}] a read by the worker's clock shows the live call as unknown"
+    );
     record(
         &t,
         &format!(
@@ -593,6 +620,11 @@ fn sqlite_process_whose_clock_runs_an_hour_ahead_sees_a_live_lease_as_abandoned(
             .as_deref()
             .is_some_and(|s| s.starts_with("Abandoned")),
         "[sqlite+faketime] B's clock decides: {failed}"
+    );
+    assert_eq!(
+        t.while_held.operation.as_deref(),
+        Some("unknown"),
+        "[sqlite+faketime] B's reads are judged by B's clock too"
     );
     assert!(
         t.while_held
