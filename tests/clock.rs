@@ -48,8 +48,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tool_contracts::store::{
-    ClaimOutcome, ClaimRequest, PostgresStore, Record, RecordState, RedisStore, SqliteStore, Store,
-    StoreError,
+    ClaimOutcome, ClaimRequest, Observed, PostgresStore, Record, RecordState, RedisStore,
+    SqliteStore, Store, StoreError,
 };
 use tool_contracts::{mutating_tool, operation, with_scope, with_store, MemoryStore};
 
@@ -97,8 +97,9 @@ fn request<'a>(key: &'a str) -> ClaimRequest<'a> {
 // The broken store the check must catch.
 
 /// Deliberately broken: decides whether a lease is live by the worker's own
-/// `SystemTime::now()` instead of the server's clock, and takes over what the worker's
-/// clock says has expired (abandoning it for its holder first, so the server lets it).
+/// `SystemTime::now()` instead of the server's clock, takes over what the worker's clock
+/// says has expired (abandoning it for its holder first, so the server lets it), and
+/// reads records with the worker's clock (`observe`).
 /// Never use this: it exists to show the clock check fails on such a store.
 struct WorkerClockLeases(Arc<dyn Store>);
 
@@ -140,6 +141,12 @@ impl Delegate for WorkerClockLeases {
             self.0.abandon(r.key, t).await?;
         }
         self.0.takeover(r, t).await
+    }
+    /// Reads with the worker's clock too (the trait's default, which a store whose clock
+    /// is not this process's must override).
+    async fn observe(&self, key: &str) -> Result<Option<Observed>, StoreError> {
+        let record = self.0.lookup(key).await?;
+        Ok(record.map(|record| Observed::new(record, SystemTime::now())))
     }
 }
 
@@ -521,7 +528,7 @@ fn broken_store_is_caught(backend: &Backend) {
             .is_some_and(|s| s.starts_with("Abandoned")),
         "[{label}] the broken store showed B the live lease as abandoned: {caught}"
     );
-    // It reads operations through the trait's default `observe` (this process's clock).
+    // It reads operations by the worker's clock, as the trait's default `observe` would.
     assert_eq!(
         t.while_held.operation.as_deref(),
         Some("unknown"),

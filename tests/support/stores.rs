@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tool_contracts::store::{
-    ClaimOutcome, ClaimRequest, Completion, HistoryEvent, Record, ResolveRequest, Store, StoreError,
+    ClaimOutcome, ClaimRequest, Completion, HistoryEvent, Observed, Record, ResolveRequest, Store,
+    StoreError,
 };
 use tool_contracts::{registry, with_store, MemoryStore};
 
@@ -24,6 +25,7 @@ pub enum Op {
     Renew,
     Abandon,
     Lookup,
+    Observe,
     Pending,
     Resolve,
     History,
@@ -73,6 +75,10 @@ pub trait Delegate: Send + Sync + 'static {
 
     async fn lookup(&self, key: &str) -> Result<Option<Record>, StoreError> {
         self.inner().lookup(key).await
+    }
+
+    async fn observe(&self, key: &str) -> Result<Option<Observed>, StoreError> {
+        self.inner().observe(key).await
     }
 }
 
@@ -131,6 +137,10 @@ impl<D: Delegate> Store for Wrapped<D> {
     async fn lookup(&self, key: &str) -> Result<Option<Record>, StoreError> {
         self.check(Op::Lookup)?;
         self.0.lookup(key).await
+    }
+    async fn observe(&self, key: &str) -> Result<Option<Observed>, StoreError> {
+        self.check(Op::Observe)?;
+        self.0.observe(key).await
     }
     async fn pending(&self, limit: usize) -> Result<Vec<Record>, StoreError> {
         self.check(Op::Pending)?;
