@@ -7,6 +7,10 @@
 //! [`renew`](Store::renew) its lease. A claim whose lease ran out is *abandoned*: its
 //! worker died mid-call and the outcome is unknown; [`takeover`](Store::takeover) hands it
 //! to a new holder with a higher token, after which the stale holder can do nothing.
+//!
+//! A reader ([`operation`](crate::operation)) changes none of this: it reads a key with
+//! [`Store::observe`], the record and the store's clock of the same read, so that it tells
+//! a live lease from an abandoned one by the clock the store decides leases with.
 
 use core::time::Duration;
 use std::sync::Arc;
