@@ -609,6 +609,7 @@ impl BrokenStore {
             Breakage::CompletedWithoutResult => Ok(ClaimOutcome::Completed(Arc::new(Record {
                 key: req.key.to_owned(),
                 tool: req.tool.to_owned(),
+                version: Some(req.version),
                 scope: None,
                 fingerprint: req.fingerprint.to_owned(),
                 args: req.args.to_owned(),
@@ -617,6 +618,7 @@ impl BrokenStore {
                     lease_expires_at: std::time::SystemTime::now(),
                 },
                 created_at: std::time::SystemTime::now(),
+                updated_at: std::time::SystemTime::now(),
                 expires_at: std::time::SystemTime::now(),
             }))),
         }

@@ -5,8 +5,9 @@
 //! (`clock_worker_entry_point`, a no-op unless `TC_CLOCK_ROLE` is set) under libfaketime
 //! (`faketime -f +1h`, Debian's `faketime` package), which moves every clock the process
 //! reads (`SystemTime`, and tokio's clock with it). B must still see A's lease as live,
-//! through the engine (`in_progress`) and through the store (`ClaimOutcome::InProgress`),
-//! and, once A finished, replay A's result.
+//! through the engine (`in_progress`), through the store (`ClaimOutcome::InProgress`) and
+//! through a read of the operation (`tool_contracts::operation`: `in_progress`, judged by
+//! `Store::observe`'s clock), and, once A finished, replay A's result.
 //!
 //! - Redis and PostgreSQL read the server's clock inside each operation (Redis `TIME`,
 //!   PostgreSQL `clock_timestamp()`): B's clock does not enter, and the check passes.
@@ -47,10 +48,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tool_contracts::store::{
-    ClaimOutcome, ClaimRequest, PostgresStore, Record, RecordState, RedisStore, SqliteStore, Store,
-    StoreError,
+    ClaimOutcome, ClaimRequest, Observed, PostgresStore, Record, RecordState, RedisStore,
+    SqliteStore, Store, StoreError,
 };
-use tool_contracts::{mutating_tool, with_scope, with_store, MemoryStore};
+use tool_contracts::{mutating_tool, operation, with_scope, with_store, MemoryStore};
 
 const LEASE: Duration = Duration::from_secs(3);
 
@@ -82,6 +83,7 @@ fn request<'a>(key: &'a str) -> ClaimRequest<'a> {
     ClaimRequest {
         key,
         tool: "clock_hold",
+        version: 1,
         scope: None,
         fingerprint: "clock-hold",
         args: "{}",
@@ -95,8 +97,9 @@ fn request<'a>(key: &'a str) -> ClaimRequest<'a> {
 // The broken store the check must catch.
 
 /// Deliberately broken: decides whether a lease is live by the worker's own
-/// `SystemTime::now()` instead of the server's clock, and takes over what the worker's
-/// clock says has expired (abandoning it for its holder first, so the server lets it).
+/// `SystemTime::now()` instead of the server's clock, takes over what the worker's clock
+/// says has expired (abandoning it for its holder first, so the server lets it), and
+/// reads records with the worker's clock (`observe`).
 /// Never use this: it exists to show the clock check fails on such a store.
 struct WorkerClockLeases(Arc<dyn Store>);
 
@@ -138,6 +141,12 @@ impl Delegate for WorkerClockLeases {
             self.0.abandon(r.key, t).await?;
         }
         self.0.takeover(r, t).await
+    }
+    /// Reads with the worker's clock too (the trait's default, which a store whose clock
+    /// is not this process's must override).
+    async fn observe(&self, key: &str) -> Result<Option<Observed>, StoreError> {
+        let record = self.0.lookup(key).await?;
+        Ok(record.map(|record| Observed::new(record, SystemTime::now())))
     }
 }
 
@@ -195,6 +204,8 @@ struct View {
     store: Option<String>,
     /// The lease remaining, if the store answered `InProgress`.
     lease_remaining_ms: Option<u64>,
+    /// The state of the operation as B read it (`in_progress`, `unknown`, `completed`).
+    operation: Option<String>,
 }
 
 const MARK: &str = "TC_CLOCK_VIEW ";
@@ -211,6 +222,11 @@ async fn worker_b(role: &str) -> View {
     })
     .await;
     let record_seen = store.lookup(&key).await.unwrap().is_some();
+    let read = with_store(
+        Arc::clone(&store),
+        with_scope(scope.clone(), operation(&key)),
+    );
+    let operation = read.await.unwrap().map(|op| op.state.as_str().to_owned());
     let engine = with_store(
         Arc::clone(&store),
         with_scope(scope.clone(), clock_hold(job.clone())),
@@ -236,6 +252,7 @@ async fn worker_b(role: &str) -> View {
         engine,
         store: store_view,
         lease_remaining_ms,
+        operation,
     }
 }
 
@@ -362,6 +379,18 @@ fn check(t: &Trial) -> Result<(), String> {
                 "[{label}] the store must show B a live lease of at most {LEASE:?}, got {other:?}"
             ))
         }
+    }
+    if t.while_held.operation.as_deref() != Some("in_progress") {
+        return Err(format!(
+            "[{label}] a read of the operation must show B a call in progress, got {:?}",
+            t.while_held.operation
+        ));
+    }
+    if t.after.operation.as_deref() != Some("completed") {
+        return Err(format!(
+            "[{label}] a read after A finished must show a completed call, got {:?}",
+            t.after.operation
+        ));
     }
     let expected = format!("held-{}", t.job);
     if t.a_result.as_deref() != Ok(expected.as_str()) {
@@ -499,6 +528,12 @@ fn broken_store_is_caught(backend: &Backend) {
             .is_some_and(|s| s.starts_with("Abandoned")),
         "[{label}] the broken store showed B the live lease as abandoned: {caught}"
     );
+    // It reads operations by the worker's clock, as the trait's default `observe` would.
+    assert_eq!(
+        t.while_held.operation.as_deref(),
+        Some("unknown"),
+        "[{label}] a read by the worker's clock shows the live call as unknown"
+    );
     record(
         &t,
         &format!(
@@ -592,6 +627,11 @@ fn sqlite_process_whose_clock_runs_an_hour_ahead_sees_a_live_lease_as_abandoned(
             .as_deref()
             .is_some_and(|s| s.starts_with("Abandoned")),
         "[sqlite+faketime] B's clock decides: {failed}"
+    );
+    assert_eq!(
+        t.while_held.operation.as_deref(),
+        Some("unknown"),
+        "[sqlite+faketime] B's reads are judged by B's clock too"
     );
     assert!(
         t.while_held

@@ -150,6 +150,7 @@ async fn recovery_refuses_to_guess_between_tools_of_one_name() {
         .claim(ClaimRequest {
             key: "k-close-42",
             tool: "close",
+            version: 1,
             scope: None,
             fingerprint: "a1:00",
             args: r#"{"id":"42"}"#,

@@ -1,20 +1,26 @@
 //! `tool-contracts`: the operator's view of a store. Lists keys whose outcome is pending or
-//! unknown, shows a key's history, resolves a key (the effect happened: store its result;
-//! or it did not: release it), and purges expired records.
+//! unknown, shows an operation (its state, result and history, as every surface shows it)
+//! or a key's raw record and history, resolves a key (the effect happened: store its
+//! result; or it did not: release it), and purges expired records.
 //!
 //! ```text
 //! tool-contracts pending --store sqlite:/var/lib/app/keys.db
+//! tool-contracts show    --store sqlite:/var/lib/app/keys.db --scope tenant-42 KEY
 //! tool-contracts history --store redis://127.0.0.1:6379 KEY
 //! tool-contracts resolve --store postgres://postgres@127.0.0.1/test KEY --result '{"order_id": 7}'
 //! tool-contracts resolve --store … KEY --release
 //! tool-contracts purge   --store …
 //! ```
 
+use std::future::Future;
+use std::pin::Pin;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, Subcommand};
+use serde_json::Value;
 use tool_contracts_runtime::store::{self, HistoryKind, Record, RecordState, Resolution};
+use tool_contracts_runtime::{operation_with_history, with_scope, with_store, Operation};
 
 #[derive(Parser)]
 #[command(
@@ -41,7 +47,21 @@ enum Command {
         #[arg(long, default_value_t = 100)]
         limit: usize,
     },
-    /// A key's record and its append-only history.
+    /// An operation as every surface shows it (state, times, result or error, history),
+    /// read in a scope: a key made in another scope is not found, like one never used.
+    /// Never the call's arguments. With `--json`, the operation document on one line.
+    Show {
+        /// The idempotency key (the operation's id).
+        key: String,
+        /// The scope to read in, as the application passed it to `with_scope` (a
+        /// tenant); repeat it for nested scopes, outermost first. Default: no scope. A
+        /// client's own intent key (`client:…`) need not be given: the scope it was made
+        /// in reads it.
+        #[arg(long = "scope", value_name = "SCOPE")]
+        scopes: Vec<String>,
+    },
+    /// A key's raw record (arguments included, whatever its scope) and its append-only
+    /// history.
     History {
         /// The idempotency key.
         key: String,
@@ -89,6 +109,23 @@ async fn run(cli: Cli) -> Result<(), String> {
             }
             for record in records {
                 print_record(&record, cli.json);
+            }
+        }
+        Command::Show { key, scopes } => {
+            let Some(op) = show(store, &scopes, &key).await? else {
+                let scope = match scopes.is_empty() {
+                    true => "outside any scope (pass --scope for a tenant's key)".to_owned(),
+                    false => format!("in scope {}", scopes.join(" > ")),
+                };
+                return Err(format!(
+                    "{key}: no operation {scope}: never called, released, expired, or made in another scope"
+                ));
+            };
+            let doc = serde_json::to_value(&op).map_err(|e| format!("{key}: {e}"))?;
+            if cli.json {
+                println!("{doc}");
+            } else {
+                print_operation(&doc);
             }
         }
         Command::History { key } => {
@@ -166,6 +203,67 @@ async fn run(cli: Cli) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Reads `key`'s operation with its history from `store`, inside `scopes` (outermost
+/// first), as the application's own read would.
+async fn show(
+    store: std::sync::Arc<dyn store::Store>,
+    scopes: &[String],
+    key: &str,
+) -> Result<Option<Operation>, String> {
+    let mut read: Pin<Box<dyn Future<Output = _> + '_>> = Box::pin(operation_with_history(key));
+    for scope in scopes.iter().rev() {
+        read = Box::pin(with_scope(scope.clone(), read));
+    }
+    with_store(store, read).await.map_err(|e| e.to_string())
+}
+
+/// The operation document, for a person: one field a line, then its history.
+fn print_operation(doc: &Value) {
+    let text = |field: &str| match &doc[field] {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".to_owned(),
+        other => other.to_string(),
+    };
+    let version = match &doc["version"] {
+        Value::Null => "version not kept".to_owned(),
+        v => format!("version {v}"),
+    };
+    println!("operation {}", text("key"));
+    println!("  tool      {} ({version})", text("tool"));
+    println!("  state     {}", text("state"));
+    match doc["state"].as_str() {
+        Some("in_progress") => println!(
+            "  lease     {} ms left, by the store's clock",
+            text("lease_remaining_ms")
+        ),
+        Some("unknown") => println!(
+            "  note      its lease ran out mid-call: the effect may or may not have happened; \
+             check, then `resolve` it"
+        ),
+        _ => {}
+    }
+    println!("  created   {}", text("created_at"));
+    println!("  updated   {}", text("updated_at"));
+    println!("  expires   {}", text("expires_at"));
+    if let Some(result) = doc.get("result") {
+        println!("  result    {result}");
+    }
+    if let Some(error) = doc.get("error") {
+        println!("  error     {error}");
+    }
+    let events = doc["history"].as_array().map_or(&[][..], Vec::as_slice);
+    println!("history");
+    for event in events {
+        println!(
+            "  {}  {:<10}  token {:<6}  {}",
+            event["at"].as_str().unwrap_or("-"),
+            event["kind"].as_str().unwrap_or("-"),
+            event["token"],
+            event["worker"].as_str().unwrap_or("-")
+        );
+    }
 }
 
 fn operator() -> String {

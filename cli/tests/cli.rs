@@ -25,6 +25,7 @@ async fn an_operator_lists_reads_and_resolves_an_abandoned_key() {
     let req = |key| ClaimRequest {
         key,
         tool: "charge_card",
+        version: 1,
         scope: Some("tenant-7"),
         fingerprint: "card=ab",
         args: r#"{"card":"4242"}"#,
@@ -99,6 +100,7 @@ async fn json_output_parses_and_purge_removes_expired_records() {
     let req = |key, lease| ClaimRequest {
         key,
         tool: "send_mail",
+        version: 1,
         scope: None,
         fingerprint: "a1:00",
         args: r#"{"to":"a@example.com"}"#,
@@ -183,6 +185,108 @@ async fn json_output_parses_and_purge_removes_expired_records() {
         out.trim().is_empty(),
         "nothing pending, and no prose in JSON mode: {out}"
     );
+    drop(store);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+}
+
+#[tokio::test]
+async fn show_prints_an_operation_in_its_scope_and_no_other() {
+    use tool_contracts_runtime::store::Completion;
+    let path = std::env::temp_dir().join(format!("tc-cli-show-{}.db", std::process::id()));
+    let url = format!("sqlite:{}", path.display());
+    let store = SqliteStore::open(&path).await.unwrap();
+    let req = |key, scope, lease| ClaimRequest {
+        key,
+        tool: "charge_card",
+        version: 2,
+        scope,
+        fingerprint: "a1:00",
+        args: r#"{"card":{"sha256":"5a1e"},"amount":1200}"#,
+        lease,
+        ttl: Duration::from_secs(60),
+        worker: "worker-s",
+    };
+    let long = Duration::from_secs(30);
+    let ClaimOutcome::Acquired { token } = store
+        .claim(req("key-charged", Some("tenant-7"), long))
+        .await
+        .unwrap()
+    else {
+        panic!("fresh key")
+    };
+    let charged = Completion {
+        result: r#"{"charge":"ch_1","refunded":null}"#,
+        is_error: false,
+        ttl: Duration::from_secs(60),
+    };
+    store.complete("key-charged", token, charged).await.unwrap();
+    // Made under a client's key inside the tenant, as the MCP server nests it.
+    let client_scope = Some("tenant-7\u{1f}client:k-9");
+    store
+        .claim(req("key-client", client_scope, long))
+        .await
+        .unwrap();
+    let nested = Some("tenant-7\u{1f}eu");
+    let short = Duration::from_millis(50);
+    store.claim(req("key-lost", nested, short)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    // In its scope: the document, its result and history; never the arguments.
+    let show = |args: &[&str]| {
+        let mut all = vec!["show", "--store", &url];
+        all.extend_from_slice(args);
+        cli(&all)
+    };
+    let (ok, out, err) = show(&["--scope", "tenant-7", "key-charged"]);
+    assert!(ok, "{err}");
+    for expected in [
+        "operation key-charged",
+        "charge_card (version 2)",
+        "state     completed",
+        r#"result    {"charge":"ch_1","refunded":null}"#,
+        "claimed",
+        "worker-s",
+    ] {
+        assert!(out.contains(expected), "{expected:?} in {out}");
+    }
+    assert!(!out.contains("sha256") && !out.contains("1200"), "{out}");
+    let (ok, out, err) = show(&["--json", "--scope", "tenant-7", "key-charged"]);
+    assert!(ok, "{err}");
+    let doc: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(doc["state"], "completed");
+    assert_eq!(doc["version"], 2);
+    assert_eq!(
+        doc["result"],
+        serde_json::json!({"charge": "ch_1", "refunded": null})
+    );
+    assert_eq!(doc["history"][1]["kind"], "completed");
+    assert!(
+        doc.get("args").is_none() && !out.contains("sha256"),
+        "{out}"
+    );
+
+    // The client's call reads in the tenant's scope; a nested scope is given part by part.
+    let (ok, out, err) = show(&["--scope", "tenant-7", "key-client"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("state     in_progress"), "{out}");
+    assert!(out.contains("ms left, by the store's clock"), "{out}");
+    let (ok, out, err) = show(&["--scope", "tenant-7", "--scope", "eu", "key-lost"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("state     unknown"), "{out}");
+
+    // Another scope, no scope, or a key never used: not found, alike.
+    for args in [
+        &["--scope", "tenant-8", "key-charged"][..],
+        &["key-charged"],
+        &["--scope", "tenant-7", "key-lost"],
+        &["--scope", "tenant-7", "key-never"],
+    ] {
+        let (ok, out, err) = show(args);
+        assert!(!ok, "{args:?}: {out}");
+        assert!(err.contains("no operation"), "{args:?}: {err}");
+    }
     drop(store);
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));

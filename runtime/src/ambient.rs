@@ -16,9 +16,56 @@ tokio::task_local! {
 /// The scope folded into every key: one or more nested `with_scope` parts.
 #[derive(Clone, Debug)]
 pub(crate) struct Scope {
-    /// The parts joined with U+001F (scope parts may not contain control characters, so
-    /// nesting is unambiguous); `Err` if a part was invalid, reported at the next call.
+    /// The parts joined with [`SCOPE_SEPARATOR`] (scope parts may not contain control
+    /// characters, so nesting is unambiguous); `Err` if a part was invalid, reported at the
+    /// next call.
     pub(crate) joined: Result<Arc<str>, String>,
+}
+
+/// Joins nested scope parts (U+001F, the unit separator: a control character, which no
+/// part may contain).
+pub(crate) const SCOPE_SEPARATOR: char = '\u{1f}';
+
+/// How a surface that accepts a client's own intent key (MCP `idempotencyKey`, an HTTP
+/// `Idempotency-Key`) folds it into a call's identity: a scope part `client:<key>`,
+/// nested inside the surface's own scope. [`may_read`] knows it by this prefix.
+pub(crate) const CLIENT_SCOPE_PREFIX: &str = "client:";
+
+/// The scope part for a client's intent key `key` (see [`CLIENT_SCOPE_PREFIX`]).
+#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+pub(crate) fn client_scope(key: &str) -> String {
+    format!("{CLIENT_SCOPE_PREFIX}{key}")
+}
+
+/// Whether a reader in scope `reader` may read a record made in scope `record` (both as
+/// [`caller_scope`] gives them: `None` outside any `with_scope`). The one rule every read
+/// of an operation keeps (docs/security.md, "Reading operations"):
+///
+/// - the same scope: `reader == record` (`None` reads only records made outside any
+///   scope);
+/// - or the record's scope is the reader's with exactly one more part, a client's intent
+///   key (`client:…`), as a surface nests it inside its own scope: a client follows the
+///   link to its own call without sending its key again.
+///
+/// Nothing else: not a parent reading a nested tenant's or run's records (`acme` does not
+/// read `acme␟team`), nor a child reading its parent's (`acme␟client:k` does not read
+/// `acme`).
+pub(crate) fn may_read(reader: Option<&str>, record: Option<&str>) -> bool {
+    let Some(record) = record else {
+        return reader.is_none();
+    };
+    let rest = match reader {
+        None => record,
+        Some(reader) if reader == record => return true,
+        Some(reader) => match record
+            .strip_prefix(reader)
+            .and_then(|rest| rest.strip_prefix(SCOPE_SEPARATOR))
+        {
+            Some(rest) => rest,
+            None => return false,
+        },
+    };
+    rest.starts_with(CLIENT_SCOPE_PREFIX) && !rest.contains(SCOPE_SEPARATOR)
 }
 
 static DEFAULT_STORE: RwLock<Option<Arc<dyn Store>>> = RwLock::new(None);
@@ -71,7 +118,7 @@ pub async fn with_scope<F: Future>(scope: impl Into<String>, future: F) -> F::Ou
     let joined = match SCOPE.try_with(|outer| outer.joined.clone()) {
         Ok(Err(e)) => Err(e),
         outer => validate_scope(&part).map(|()| match outer {
-            Ok(Ok(outer)) => Arc::from(format!("{outer}\u{1f}{part}")),
+            Ok(Ok(outer)) => Arc::from(format!("{outer}{SCOPE_SEPARATOR}{part}")),
             _ => Arc::from(part.as_str()),
         }),
     };
@@ -228,4 +275,43 @@ pub(crate) async fn with_progress<F: Future>(hook: ProgressHook, future: F) -> F
 /// starts, since its renewals run in a task of their own, where task-locals are not seen.
 pub(crate) fn current_progress() -> Option<ProgressHook> {
     PROGRESS.try_with(Arc::clone).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::may_read;
+
+    #[test]
+    fn a_reader_reads_its_own_scope_and_its_clients_calls_and_nothing_else() {
+        let read = |reader, record| may_read(reader, record);
+        // Same scope.
+        assert!(read(None, None));
+        assert!(read(Some("acme"), Some("acme")));
+        assert!(read(Some("acme\u{1f}eu"), Some("acme\u{1f}eu")));
+        // A client's key nested inside the reader's scope, one part deep.
+        assert!(read(Some("acme"), Some("acme\u{1f}client:k-1")));
+        assert!(read(None, Some("client:k-1")));
+        // Another tenant, or no tenant against one: never.
+        assert!(!read(Some("acme"), Some("globex")));
+        assert!(!read(Some("acme"), None));
+        assert!(!read(None, Some("acme")));
+        assert!(!read(Some("acme"), Some("acme-2")));
+        assert!(!read(Some("acme"), Some("acmeclient:k")));
+        assert!(!read(Some("acme"), Some("globex\u{1f}client:k")));
+        // A nested part that is not a client's key: a sub-tenant, a run's calls.
+        assert!(!read(Some("acme"), Some("acme\u{1f}eu")));
+        assert!(!read(Some("acme"), Some("acme\u{1f}run:k")));
+        assert!(!read(None, Some("run:k")));
+        // Deeper than one client part, or a client reading its tenant's records.
+        assert!(!read(
+            Some("acme"),
+            Some("acme\u{1f}client:k\u{1f}client:j")
+        ));
+        assert!(!read(Some("acme"), Some("acme\u{1f}eu\u{1f}client:k")));
+        assert!(!read(Some("acme\u{1f}client:k"), Some("acme")));
+        assert!(!read(
+            Some("acme\u{1f}client:k"),
+            Some("acme\u{1f}client:j")
+        ));
+    }
 }

@@ -189,6 +189,7 @@ impl Call {
         ClaimRequest {
             key: &self.key,
             tool: self.spec.name,
+            version: self.spec.version,
             scope: self.scope.as_deref(),
             fingerprint: &self.fingerprint,
             args: &self.args,

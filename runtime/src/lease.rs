@@ -328,6 +328,7 @@ mod tests {
         ClaimRequest {
             key,
             tool: "lease_test",
+            version: 1,
             scope: None,
             fingerprint,
             args: "{}",

@@ -41,6 +41,7 @@ mod lease;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 mod members;
+mod operation;
 mod recovery;
 mod registry;
 mod run;
@@ -57,6 +58,7 @@ pub use ambient::{
     with_scope, with_store, worker_id, DEFAULT_MAX_ARGUMENT_BYTES,
 };
 pub use error::Error;
+pub use operation::{operation, operation_with_history, Operation, OperationState};
 pub use recovery::{recover, recover_once, RecoveryReport};
 pub use registry::{
     registry, try_registry, Outcome, Registry, ToolDescriptor, ToolOutput, META_PREFIX,

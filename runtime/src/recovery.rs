@@ -90,6 +90,7 @@ async fn reconcile(
     let req = ClaimRequest {
         key: &record.key,
         tool: &record.tool,
+        version: tool.version(),
         scope: record.scope.as_deref(),
         fingerprint: &record.fingerprint,
         args: &record.args,

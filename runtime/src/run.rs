@@ -349,6 +349,7 @@ impl Run {
         let req = ClaimRequest {
             key: &key,
             tool: name,
+            version: options.version,
             scope: scope.as_deref(),
             fingerprint: &fingerprint,
             args: &args,
@@ -467,6 +468,7 @@ impl Run {
         let req = ClaimRequest {
             key: &step_key,
             tool: &label,
+            version: self.shared.options.version,
             scope: self.shared.scope.as_deref(),
             // A step has no arguments of its own: its key is its identity.
             fingerprint: &crate::key::fingerprint("{}"),
@@ -695,6 +697,7 @@ impl Shared {
         let req = ClaimRequest {
             key: &pos_key,
             tool: &self.name,
+            version: self.options.version,
             scope: self.scope.as_deref(),
             fingerprint: &requested,
             args: &entry,

@@ -496,6 +496,7 @@ async fn run_case(subject: &Subject<'_>, timing: &Timing, ops: &[Op]) -> Result<
                 let req = ClaimRequest {
                     key: &key,
                     tool: "model_tool",
+                    version: 1,
                     scope: None,
                     fingerprint: &fp,
                     args: &a,

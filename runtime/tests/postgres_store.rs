@@ -85,6 +85,7 @@ fn req(key: &str) -> ClaimRequest<'_> {
     ClaimRequest {
         key,
         tool: "pg_tool",
+        version: 1,
         scope: None,
         fingerprint: "fp",
         args: "{}",
@@ -418,7 +419,8 @@ async fn tables_of_schema_version_1_are_migrated_with_their_live_claims_and_hist
             "DROP INDEX \"{schema}\".tool_contracts_records_purge_idx;
              DROP INDEX \"{schema}\".tool_contracts_records_inflight_idx;
              ALTER TABLE {records} DROP COLUMN ev_at, DROP COLUMN ev_kind,
-                 DROP COLUMN ev_token, DROP COLUMN ev_worker;
+                 DROP COLUMN ev_token, DROP COLUMN ev_worker,
+                 DROP COLUMN version, DROP COLUMN updated_at;
              CREATE INDEX tool_contracts_records_expires_at_idx ON {records} (expires_at);
              CREATE INDEX tool_contracts_records_pending_idx
                  ON {records} (created_at, key) WHERE state = 'in_progress';
@@ -436,12 +438,21 @@ async fn tables_of_schema_version_1_are_migrated_with_their_live_claims_and_hist
         .await
         .unwrap();
     // The new release connects: it migrates, and the claim made under version 1 is still
-    // held (fenced by its token), completes, and keeps its earlier event.
+    // held (fenced by its token), completes, and keeps its earlier event. Its record did
+    // not keep a contract version nor an update time: read as not kept, and as created.
     let store = test_schema.connect().await;
     assert!(matches!(
         store.claim(req("live-v1")).await.unwrap(),
         ClaimOutcome::InProgress { .. }
     ));
+    let old = store
+        .observe("live-v1")
+        .await
+        .unwrap()
+        .expect("the old claim")
+        .record;
+    assert_eq!(old.version, None);
+    assert_eq!(old.updated_at, old.created_at);
     let completion = conformance::done("1");
     assert!(matches!(
         store.complete("live-v1", 8, completion).await,
@@ -456,6 +467,11 @@ async fn tables_of_schema_version_1_are_migrated_with_their_live_claims_and_hist
         .map(|e| e.kind.as_str())
         .collect();
     assert_eq!(kinds, ["claimed", "completed"]);
+    let done = store.lookup("live-v1").await.unwrap().expect("the result");
+    assert!(
+        done.updated_at > old.updated_at,
+        "the completion is recorded: {done:?}"
+    );
     assert!(matches!(
         store.claim(req("live-v1")).await.unwrap(),
         ClaimOutcome::Completed(r) if matches!(&r.state,

@@ -51,6 +51,7 @@ fn req(key: &str) -> ClaimRequest<'_> {
     ClaimRequest {
         key,
         tool: "redis_tool",
+        version: 1,
         scope: None,
         fingerprint: "fp",
         args: "{}",

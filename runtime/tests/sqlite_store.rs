@@ -44,6 +44,7 @@ fn req(key: &str) -> ClaimRequest<'_> {
     ClaimRequest {
         key,
         tool: "sqlite_tool",
+        version: 1,
         scope: None,
         fingerprint: "fp",
         args: "{}",
@@ -237,6 +238,63 @@ async fn a_file_from_a_newer_version_is_refused() {
         }
         other => panic!("expected Unavailable, got {other:?}"),
     }
+}
+
+#[tokio::test]
+async fn a_file_of_schema_version_1_is_migrated_with_its_records() {
+    let db = TempDb::new("v1");
+    // The version-1 layout as an earlier release left it: today's, with version 2's
+    // columns taken back, and a claim and a result written the way version 1 did.
+    drop(SqliteStore::open(db.path()).await.unwrap());
+    let raw = rusqlite::Connection::open(db.path()).unwrap();
+    raw.execute_batch(
+        "ALTER TABLE records DROP COLUMN version;
+         ALTER TABLE records DROP COLUMN updated_ms;
+         PRAGMA user_version = 1;
+         INSERT INTO records (key, tool, scope, worker, fingerprint, args, state, token,
+             lease_expires_ms, created_ms, expires_ms)
+         VALUES ('live-v1', 'sqlite_tool', NULL, 'old-worker', 'fp', '{}', 'in_progress', 7,
+             9000000000000, 1000, 9000000000000);
+         INSERT INTO records (key, tool, scope, worker, fingerprint, args, state, token,
+             result, is_error, created_ms, completed_ms, expires_ms)
+         VALUES ('done-v1', 'sqlite_tool', NULL, 'old-worker', 'fp', '{}', 'completed', 8,
+             '\"old\"', 0, 1000, 2000, 9000000000000);
+         UPDATE meta SET value = 8 WHERE name = 'last_token';",
+    )
+    .unwrap();
+    drop(raw);
+
+    let store = SqliteStore::open(db.path()).await.unwrap();
+    let version: i64 = rusqlite::Connection::open(db.path())
+        .unwrap()
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .unwrap();
+    assert_eq!(version, 2);
+    let at = |ms| std::time::UNIX_EPOCH + Duration::from_millis(ms);
+    let live = store
+        .lookup("live-v1")
+        .await
+        .unwrap()
+        .expect("the old claim");
+    assert_eq!((live.version, live.updated_at), (None, at(1000)));
+    let done = store
+        .lookup("done-v1")
+        .await
+        .unwrap()
+        .expect("the old result");
+    assert_eq!((done.version, done.updated_at), (None, at(2000)));
+    // The old claim is still held by its token, and completes under it.
+    assert!(matches!(
+        store.claim(req("live-v1")).await.unwrap(),
+        ClaimOutcome::InProgress { .. }
+    ));
+    store
+        .complete("live-v1", 7, conformance::done("1"))
+        .await
+        .unwrap();
+    let live = store.lookup("live-v1").await.unwrap().expect("the result");
+    assert!(live.updated_at > at(1000), "{live:?}");
+    assert_eq!(live.version, None, "completing does not invent a version");
 }
 
 #[tokio::test]

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tool_contracts::store::{
-    ClaimOutcome, ClaimRequest, Completion, HistoryEvent, Record, ResolveRequest, Store,
+    ClaimOutcome, ClaimRequest, Completion, HistoryEvent, Observed, Record, ResolveRequest, Store,
     StoreError, StoreResult,
 };
 use tool_contracts::{registry, with_store, MemoryStore};
@@ -25,6 +25,7 @@ pub enum Op {
     Renew,
     Abandon,
     Lookup,
+    Observe,
     Pending,
     Resolve,
     History,
@@ -65,6 +66,10 @@ pub trait Delegate: Send + Sync + 'static {
 
     async fn lookup(&self, key: &str) -> StoreResult<Option<Record>> {
         self.inner().lookup(key).await
+    }
+
+    async fn observe(&self, key: &str) -> StoreResult<Option<Observed>> {
+        self.inner().observe(key).await
     }
 }
 
@@ -114,6 +119,10 @@ impl<D: Delegate> Store for Wrapped<D> {
     async fn lookup(&self, key: &str) -> StoreResult<Option<Record>> {
         self.check(Op::Lookup)?;
         self.0.lookup(key).await
+    }
+    async fn observe(&self, key: &str) -> StoreResult<Option<Observed>> {
+        self.check(Op::Observe)?;
+        self.0.observe(key).await
     }
     async fn pending(&self, limit: usize) -> StoreResult<Vec<Record>> {
         self.check(Op::Pending)?;
@@ -193,6 +202,7 @@ pub async fn store_with_an_older_result(
     let req = ClaimRequest {
         key: &key,
         tool,
+        version: 1,
         scope: None,
         fingerprint: &fingerprint,
         args: &args,

@@ -21,7 +21,7 @@ use super::{
     transport, McpServer, CALL_META_KEY, CLIENT_KEY_MAX_CHARS, CLIENT_KEY_META_KEY,
     CLIENT_KEY_PARAM, WRAPPED_RESULT_FIELD,
 };
-use crate::ambient::{with_progress, with_scope, with_store, ProgressHook};
+use crate::ambient::{client_scope, with_progress, with_scope, with_store, ProgressHook};
 use crate::error::Error;
 use crate::registry::{ToolDescriptor, ToolOutput};
 
@@ -56,7 +56,7 @@ impl McpServer {
         let call = self.inner.registry.call(name, args);
         let call: Pin<Box<dyn Future<Output = Result<ToolOutput, Error>> + Send + '_>> =
             match &client_key {
-                Some(k) => Box::pin(with_scope(format!("client:{k}"), call)),
+                Some(k) => Box::pin(with_scope(client_scope(k), call)),
                 None => Box::pin(call),
             };
         let call: Pin<Box<dyn Future<Output = Result<ToolOutput, Error>> + Send + '_>> =

@@ -14,8 +14,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::{
-    ClaimOutcome, ClaimRequest, Completion, HistoryEvent, HistoryKind, Record, RecordState,
-    Resolution, ResolveRequest, Store, StoreError, StoreResult,
+    ClaimOutcome, ClaimRequest, Completion, HistoryEvent, HistoryKind, Observed, Record,
+    RecordState, Resolution, ResolveRequest, Store, StoreError, StoreResult,
 };
 
 /// Shards keep two workers on different keys from contending for one lock.
@@ -263,6 +263,7 @@ impl MemoryStore {
         let record = Record {
             key: req.key.to_owned(),
             tool: req.tool.to_owned(),
+            version: Some(req.version),
             scope: req.scope.map(str::to_owned),
             fingerprint: req.fingerprint.to_owned(),
             args: req.args.to_owned(),
@@ -271,6 +272,7 @@ impl MemoryStore {
                 lease_expires_at: to_system(lease_until, now, sys_now),
             },
             created_at: sys_now,
+            updated_at: sys_now,
             expires_at: to_system(expires_at, now, sys_now),
         };
         let entry = Entry {
@@ -334,13 +336,14 @@ impl Entry {
         }
     }
 
-    fn record(&self, now: Instant) -> Record {
+    /// The record as read at `now` (`sys_now` on the system clock): an in-progress
+    /// record's lease and expiry are converted from the store's clock at that moment.
+    fn record(&self, now: Instant, sys_now: SystemTime) -> Record {
         let mut record = Record::clone(&self.record);
         if let State::InProgress {
             token, lease_until, ..
         } = &self.state
         {
-            let sys_now = SystemTime::now();
             record.state = RecordState::InProgress {
                 token: *token,
                 lease_expires_at: to_system(*lease_until, now, sys_now),
@@ -368,6 +371,7 @@ impl Entry {
             is_error,
             completed_at: sys_now,
         };
+        record.updated_at = sys_now;
         record.expires_at = sys_now + ttl;
     }
 
@@ -420,7 +424,11 @@ impl Store for MemoryStore {
                 }
                 wake(&entry.state);
                 let history = core::mem::take(&mut entry.history);
-                (HistoryKind::TakenOver, history, Some(entry.created_at))
+                // The call resumed keeps its creation time, on both clocks (converting the
+                // instant back would move it by the time elapsed between the two clocks'
+                // readings).
+                let created = (entry.created_at, entry.record.created_at);
+                (HistoryKind::TakenOver, history, Some(created))
             }
             None => (
                 HistoryKind::Claimed,
@@ -429,10 +437,9 @@ impl Store for MemoryStore {
             ),
         };
         let (token, mut entry) = self.fresh(shard, hash, &req, now, kind, history);
-        if let Some(created_at) = created_at {
-            let sys_now = SystemTime::now();
+        if let Some((created_at, created_sys)) = created_at {
             entry.created_at = created_at;
-            Arc::make_mut(&mut entry.record).created_at = to_system(created_at, now, sys_now);
+            Arc::make_mut(&mut entry.record).created_at = created_sys;
         }
         shard.records.insert(entry);
         Ok(ClaimOutcome::Acquired { token })
@@ -482,6 +489,8 @@ impl Store for MemoryStore {
             } if *t == token => {
                 *lease_until = now;
                 notify.notify_waiters();
+                // Not shared while in progress: updated in place.
+                Arc::make_mut(&mut entry.record).updated_at = SystemTime::now();
                 let worker = Arc::clone(&entry.worker);
                 entry.log(HistoryKind::Abandoned, token, worker);
                 Ok(())
@@ -517,11 +526,25 @@ impl Store for MemoryStore {
     async fn lookup(&self, key: &str) -> StoreResult<Option<Record>> {
         let now = Instant::now();
         let (hash, shard) = self.shard(key);
-        Ok(shard.records.get(hash, key).map(|e| e.record(now)))
+        Ok(shard
+            .records
+            .get(hash, key)
+            .map(|e| e.record(now, SystemTime::now())))
+    }
+
+    /// The record and the clock it was converted by: the store's leases run on tokio's
+    /// clock, so `now` is the system time that clock's present was converted to.
+    async fn observe(&self, key: &str) -> StoreResult<Option<Observed>> {
+        let (now, sys_now) = (Instant::now(), SystemTime::now());
+        let (hash, shard) = self.shard(key);
+        Ok(shard
+            .records
+            .get(hash, key)
+            .map(|e| Observed::new(e.record(now, sys_now), sys_now)))
     }
 
     async fn pending(&self, limit: usize) -> StoreResult<Vec<Record>> {
-        let now = Instant::now();
+        let (now, sys_now) = (Instant::now(), SystemTime::now());
         let mut pending: Vec<(Instant, Record)> = Vec::new();
         for shard in self.shards.iter() {
             let shard = lock(shard);
@@ -530,7 +553,7 @@ impl Store for MemoryStore {
                     .records
                     .values()
                     .filter(|e| matches!(e.state, State::InProgress { .. }))
-                    .map(|e| (e.created_at, e.record(now))),
+                    .map(|e| (e.created_at, e.record(now, sys_now))),
             );
         }
         pending.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.key.cmp(&b.1.key)));

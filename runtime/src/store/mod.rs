@@ -7,6 +7,10 @@
 //! [`renew`](Store::renew) its lease. A claim whose lease ran out is *abandoned*: its
 //! worker died mid-call and the outcome is unknown; [`takeover`](Store::takeover) hands it
 //! to a new holder with a higher token, after which the stale holder can do nothing.
+//!
+//! A reader ([`operation`](crate::operation)) changes none of this: it reads a key with
+//! [`Store::observe`], the record and the store's clock of the same read, so that it tells
+//! a live lease from an abandoned one by the clock the store decides leases with.
 
 use core::time::Duration;
 use std::sync::Arc;
@@ -167,7 +171,10 @@ pub struct ClaimRequest<'a> {
     pub key: &'a str,
     /// Tool name (kept for operators).
     pub tool: &'a str,
-    /// Scope the key was made in (kept for operators).
+    /// The version of the tool's contract (a run's version, for runs and their steps),
+    /// kept for the operation view.
+    pub version: u32,
+    /// Scope the key was made in (kept for operators, and checked by reads).
     pub scope: Option<&'a str>,
     /// Fingerprint of the call's arguments (never empty), compared by the engine on later
     /// calls; a run's journal position carries what the code asked for there instead.
@@ -237,6 +244,9 @@ pub struct Record {
     pub key: String,
     /// Tool name.
     pub tool: String,
+    /// The version of the tool's contract the claim was made under; `None` for a record
+    /// written before stores kept it.
+    pub version: Option<u32>,
     /// Scope the key was made in.
     pub scope: Option<String>,
     /// Fingerprint of the arguments of the call that claimed it.
@@ -247,8 +257,31 @@ pub struct Record {
     pub state: RecordState,
     /// When the key was first claimed.
     pub created_at: SystemTime,
+    /// When the record last changed state: its latest claim, takeover, abandonment or
+    /// completion (a lease renewal is not a transition). For a record written before
+    /// stores kept it: its completion, else its creation.
+    pub updated_at: SystemTime,
     /// When the record expires and may be purged.
     pub expires_at: SystemTime,
+}
+
+/// A record as a reader sees it: the record and the store's clock when it was read, so
+/// that a reader tells a live lease from an abandoned one by the same clock the store
+/// decides leases with (the server's, for shared stores), never by its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Observed {
+    /// The key's record.
+    pub record: Record,
+    /// The store's clock at the read (the server's for Redis and PostgreSQL).
+    pub now: SystemTime,
+}
+
+impl Observed {
+    /// `record`, read when the store's clock said `now`.
+    pub fn new(record: Record, now: SystemTime) -> Self {
+        Self { record, now }
+    }
 }
 
 /// What a holder stores on completion.
@@ -387,6 +420,19 @@ pub trait Store: Send + Sync + 'static {
     /// Reads a key's record, if any (expired records included until purged).
     async fn lookup(&self, key: &str) -> StoreResult<Option<Record>>;
 
+    /// Reads a key's record with the store's clock at that moment ([`Observed::now`]):
+    /// what a read of an operation needs to tell a live lease (in progress) from one that
+    /// ran out (outcome unknown) without trusting the reader's clock. Changes nothing.
+    ///
+    /// The default is [`lookup`](Store::lookup) and this process's `SystemTime::now()`,
+    /// right for a store whose clock is this machine's (memory, SQLite). A store that
+    /// decides leases by another clock (a server's) must override it and read that clock
+    /// in the same operation as the record.
+    async fn observe(&self, key: &str) -> StoreResult<Option<Observed>> {
+        let record = self.lookup(key).await?;
+        Ok(record.map(|record| Observed::new(record, SystemTime::now())))
+    }
+
     /// Records not completed (live or abandoned claims), oldest first, at most `limit`.
     async fn pending(&self, limit: usize) -> StoreResult<Vec<Record>>;
 
@@ -432,6 +478,9 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     }
     async fn lookup(&self, key: &str) -> StoreResult<Option<Record>> {
         (**self).lookup(key).await
+    }
+    async fn observe(&self, key: &str) -> StoreResult<Option<Observed>> {
+        (**self).observe(key).await
     }
     async fn pending(&self, limit: usize) -> StoreResult<Vec<Record>> {
         (**self).pending(limit).await

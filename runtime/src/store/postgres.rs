@@ -33,7 +33,9 @@
 //!   events as four parallel arrays (`ev_at`, `ev_kind`, `ev_token`, `ev_worker`), so a
 //!   claim or a completion writes one row. Indexed, partially, on `expires_at WHERE
 //!   state = 'completed'` (purge) and `key WHERE state = 'in_progress'` (pending, sorted
-//!   by `created_at` after the index scan, and purge of expired claims).
+//!   by `created_at` after the index scan, and purge of expired claims). Since version 3
+//!   also `version` (the tool contract's) and `updated_at` (the last state change), both
+//!   `NULL` in rows an older build wrote.
 //! - `<prefix>history`: the events of released keys (moved there, in order, by the
 //!   release that deletes the record), primary key `(key, id)`; each event keeps the
 //!   record's `expires_at` of its time (indexed), so the history of a released key is
@@ -63,8 +65,8 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row, Statement};
 
 use super::{
-    ClaimOutcome, ClaimRequest, Completion, HistoryEvent, HistoryKind, Record, RecordState,
-    Resolution, ResolveRequest, Store, StoreError, StoreResult,
+    ClaimOutcome, ClaimRequest, Completion, HistoryEvent, HistoryKind, Observed, Record,
+    RecordState, Resolution, ResolveRequest, Store, StoreError, StoreResult,
 };
 
 /// The table-name prefix used unless [`PostgresStoreBuilder::table_prefix`] says otherwise.
@@ -97,7 +99,8 @@ const MIGRATION_LOCK: &str = "tool_contracts.store.migrate";
 
 /// The columns of a record row, in the order every statement returns them.
 const RECORD_COLUMNS: &str = "key, tool, scope, fingerprint, args, worker, state, token, \
-     lease_expires_at, result, is_error, completed_at, created_at, expires_at";
+     lease_expires_at, result, is_error, completed_at, created_at, expires_at, version, \
+     updated_at";
 
 /// A store in a PostgreSQL (12+) database, shared by every worker that connects to it.
 ///
@@ -389,6 +392,15 @@ impl Names {
                  DROP INDEX IF EXISTS {old_expires_idx};
                  DROP INDEX IF EXISTS {old_pending_idx};"
             ),
+            // Version 3: what the operation view shows and version 2 did not keep: the
+            // tool contract's version and the time of the last state change. Nullable
+            // without a default, so adding them rewrites no row; rows written before read
+            // as "not kept" (`updated_at` falls back to the completion or creation time).
+            format!(
+                "ALTER TABLE {records}
+                     ADD COLUMN IF NOT EXISTS version bigint,
+                     ADD COLUMN IF NOT EXISTS updated_at timestamptz;"
+            ),
         ]
     }
 }
@@ -404,6 +416,7 @@ struct Sql {
     renew: String,
     abandon: String,
     lookup: String,
+    observe: String,
     pending: String,
     resolve_complete: String,
     resolve_release: String,
@@ -426,7 +439,8 @@ impl Sql {
             .collect::<Vec<_>>()
             .join(", ");
         // Parameters: $1 key, $2 tool, $3 scope, $4 fingerprint, $5 args, $6 worker,
-        // $7 lease (µs), $8 record lifetime (µs), $9 stale token (takeover only).
+        // $7 lease (µs), $8 record lifetime (µs), $9 the contract's version, $10 stale
+        // token (takeover only).
         //
         // `cur` is the key's row in this statement's snapshot. `tok` draws the new token
         // only when `cur` says the claim can win: the key is absent, its result expired
@@ -448,10 +462,11 @@ impl Sql {
         let insert_claim = format!(
             "INSERT INTO {records} AS r (key, tool, scope, fingerprint, args, worker,
                  state, token, lease_expires_at, is_error, created_at, expires_at,
-                 ev_at, ev_kind, ev_token, ev_worker)
+                 version, updated_at, ev_at, ev_kind, ev_token, ev_worker)
              SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text,
                  'in_progress', t.tok,
                  c.now + $7::bigint {us}, false, c.now, c.now + $8::bigint {us},
+                 $9::bigint, c.now,
                  ARRAY[c.now], ARRAY['claimed'::text], ARRAY[t.tok], ARRAY[$6::text]"
         );
         let claim = |takeover: bool| {
@@ -465,16 +480,17 @@ impl Sql {
                                  lease_expires_at = c.now + $7::bigint {us},
                                  result = NULL, is_error = false, completed_at = NULL,
                                  expires_at = c.now + $8::bigint {us},
+                                 version = $9::bigint, updated_at = c.now,
                                  {}
                              FROM clock c, tok t
                              WHERE r.key = $1 AND r.state = 'in_progress'
-                                 AND r.token = $9::bigint AND r.lease_expires_at <= c.now
+                                 AND r.token = $10::bigint AND r.lease_expires_at <= c.now
                              RETURNING {returning}
                          ),",
                         log("taken_over", "t.tok", "$6::text")
                     ),
                     "SELECT * FROM tk UNION ALL ",
-                    " OR (k.state = 'in_progress' AND k.token = $9::bigint
+                    " OR (k.state = 'in_progress' AND k.token = $10::bigint
                           AND k.lease_expires_at <= c.now)",
                 )
             } else {
@@ -497,6 +513,7 @@ impl Sql {
                          lease_expires_at = c.now + $7::bigint {us},
                          result = NULL, is_error = false, completed_at = NULL,
                          created_at = c.now, expires_at = c.now + $8::bigint {us},
+                         version = $9::bigint, updated_at = c.now,
                          {upd_log}
                      FROM clock c, tok t
                      WHERE r.key = $1 AND r.state = 'completed' AND r.expires_at <= c.now
@@ -579,10 +596,11 @@ impl Sql {
                 "completed",
                 &format!(
                     "state = 'completed', result = $3, is_error = $4, completed_at = c.now,
-                     lease_expires_at = NULL, expires_at = c.now + $5::bigint {us}"
+                     updated_at = c.now, lease_expires_at = NULL,
+                     expires_at = c.now + $5::bigint {us}"
                 ),
             ),
-            abandon: fenced_event("abandoned", "lease_expires_at = c.now"),
+            abandon: fenced_event("abandoned", "lease_expires_at = c.now, updated_at = c.now"),
             release: format!(
                 "WITH gone AS (
                      DELETE FROM {records}
@@ -602,6 +620,10 @@ impl Sql {
                      AND r.lease_expires_at > c.now"
             ),
             lookup: format!("SELECT {RECORD_COLUMNS} FROM {records} WHERE key = $1"),
+            // The record and the server's clock, in one statement.
+            observe: format!(
+                "SELECT {RECORD_COLUMNS}, clock_timestamp() AS now FROM {records} WHERE key = $1"
+            ),
             pending: format!(
                 "SELECT {RECORD_COLUMNS} FROM {records}
                  WHERE state = 'in_progress'
@@ -611,8 +633,9 @@ impl Sql {
             // $2 result, $3 ttl (µs), $4 kind, $5 worker. A new token fences the holder.
             resolve_complete: format!(
                 "UPDATE {records} AS r SET state = 'completed', result = $2,
-                     is_error = false, completed_at = c.now, lease_expires_at = NULL,
-                     token = t.tok, expires_at = c.now + $3::bigint {us},
+                     is_error = false, completed_at = c.now, updated_at = c.now,
+                     lease_expires_at = NULL, token = t.tok,
+                     expires_at = c.now + $3::bigint {us},
                      ev_at = r.ev_at || c.now, ev_kind = r.ev_kind || $4::text,
                      ev_token = r.ev_token || t.tok, ev_worker = r.ev_worker || $5::text
                  FROM (SELECT clock_timestamp() AS now) c,
@@ -895,6 +918,7 @@ impl PostgresStore {
         let lifetime = micros(req.ttl.max(req.lease));
         // A stale token beyond i64 was never issued, so nothing can be taken over with it.
         let db_stale: Option<i64> = stale.and_then(|t| i64::try_from(t).ok());
+        let version = i64::from(req.version);
         let mut params: Vec<&(dyn ToSql + Sync)> = vec![
             &req.key,
             &req.tool,
@@ -904,6 +928,7 @@ impl PostgresStore {
             &req.worker,
             &lease,
             &lifetime,
+            &version,
         ];
         if stale.is_some() {
             params.push(&db_stale);
@@ -1049,13 +1074,30 @@ fn record(row: &Row) -> StoreResult<Record> {
             )))
         }
     };
+    let version = match get::<Option<i64>>(row, "version")? {
+        Some(v) => Some(u32::try_from(v).map_err(|_| {
+            StoreError::Corrupt(format!(
+                "postgres: record {key:?} has an invalid version {v}"
+            ))
+        })?),
+        None => None,
+    };
+    let created_at: SystemTime = get(row, "created_at")?;
+    // Rows written before schema version 3: their last known change.
+    let updated_at = match (get::<Option<SystemTime>>(row, "updated_at")?, &record_state) {
+        (Some(at), _) => at,
+        (None, RecordState::Completed { completed_at, .. }) => *completed_at,
+        (None, RecordState::InProgress { .. }) => created_at,
+    };
     Ok(Record {
         tool: get(row, "tool")?,
+        version,
         scope: get(row, "scope")?,
         fingerprint: get(row, "fingerprint")?,
         args: get(row, "args")?,
         state: record_state,
-        created_at: get(row, "created_at")?,
+        created_at,
+        updated_at,
         expires_at: get(row, "expires_at")?,
         key,
     })
@@ -1108,6 +1150,15 @@ impl Store for PostgresStore {
     async fn lookup(&self, key: &str) -> StoreResult<Option<Record>> {
         let rows = self.query("lookup", &self.sql.lookup, &[&key]).await?;
         rows.first().map(record).transpose()
+    }
+
+    /// The record and the server's clock (`clock_timestamp()`), read by one statement.
+    async fn observe(&self, key: &str) -> StoreResult<Option<Observed>> {
+        let rows = self.query("observe", &self.sql.observe, &[&key]).await?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        Ok(Some(Observed::new(record(row)?, get(row, "now")?)))
     }
 
     async fn pending(&self, limit: usize) -> StoreResult<Vec<Record>> {

@@ -38,8 +38,10 @@
 //! namespaces keep a key named `pending` or `token` from meeting the indexes.
 //!
 //! Record fields: `st` (`p` in progress, `c` completed), `tok` (fencing token), `lease`
-//! (ms, in progress only), `tool`, `scope` (absent for no scope), `fp`, `args`, `worker`,
-//! `created`, `expires` (ms), and once completed `result`, `err` (`0`/`1`), `done` (ms).
+//! (ms, in progress only), `tool`, `ver` (the tool contract's version), `scope` (absent
+//! for no scope), `fp`, `args`, `worker`, `created`, `upd` (the last state change),
+//! `expires` (ms), and once completed `result`, `err` (`0`/`1`), `done` (ms). Records an
+//! older build wrote have no `ver` and no `upd` (read as "not kept").
 //! Times are milliseconds since the Unix epoch by the server's clock. A hash with a
 //! missing or malformed field is answered with [`StoreError::Corrupt`].
 //!
@@ -70,8 +72,8 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{RedisError, Script, Value};
 
 use super::{
-    ClaimOutcome, ClaimRequest, Completion, HistoryEvent, HistoryKind, Record, RecordState,
-    Resolution, ResolveRequest, Store, StoreError, StoreResult,
+    ClaimOutcome, ClaimRequest, Completion, HistoryEvent, HistoryKind, Observed, Record,
+    RecordState, Resolution, ResolveRequest, Store, StoreError, StoreResult,
 };
 
 /// The default key prefix.
@@ -140,7 +142,8 @@ end
 /// Shared by claim and takeover.
 /// KEYS: 1 record, 2 history, 3 pending index, 4 expiry index, 5 token counter.
 /// ARGV: 1 key, 2 tool, 3 has scope (`0`/`1`), 4 scope, 5 fingerprint, 6 args,
-///       7 lease ms, 8 ttl ms, 9 worker, 10 stale token (takeover only).
+///       7 lease ms, 8 ttl ms, 9 worker, 10 contract version, 11 stale token (takeover
+///       only).
 const CLAIM_PRELUDE: &str = r#"
 local function fresh(now, created, kind)
   local lease = tonumber(ARGV[7])
@@ -149,7 +152,7 @@ local function fresh(now, created, kind)
   redis.call('DEL', KEYS[1])
   redis.call('HSET', KEYS[1], 'st', 'p', 'tok', tok, 'lease', fmt(now + lease),
     'tool', ARGV[2], 'fp', ARGV[5], 'args', ARGV[6], 'worker', ARGV[9],
-    'created', fmt(created), 'expires', fmt(expires))
+    'created', fmt(created), 'expires', fmt(expires), 'ver', ARGV[10], 'upd', fmt(now))
   if ARGV[3] == '1' then redis.call('HSET', KEYS[1], 'scope', ARGV[4]) end
   redis.call('PEXPIREAT', KEYS[1], expires)
   log(KEYS[2], kind, tok, now, ARGV[9], expires)
@@ -179,7 +182,7 @@ local r, bad = read_record(KEYS[1])
 if bad then return bad end
 if not r then return fresh(now, now, 'claimed') end
 local expired_result = r.st == 'c' and r.expires <= now
-local stale_claim = r.st == 'p' and r.lease <= now and r.tok == ARGV[10]
+local stale_claim = r.st == 'p' and r.lease <= now and r.tok == ARGV[11]
 if not (expired_result or stale_claim) then return existing(r, now) end
 -- The call is the same one, resumed: it keeps its place in the pending list.
 return fresh(now, r.created, 'taken_over')
@@ -204,7 +207,7 @@ const SETTLE_PRELUDE: &str = r#"
 local function complete_record(now, tok, result, err, expires, kind, worker)
   redis.call('HDEL', KEYS[1], 'lease')
   redis.call('HSET', KEYS[1], 'st', 'c', 'tok', tok, 'result', result, 'err', err,
-    'done', fmt(now), 'expires', fmt(expires))
+    'done', fmt(now), 'upd', fmt(now), 'expires', fmt(expires))
   log(KEYS[2], kind, tok, now, worker, expires)
   redis.call('PEXPIREAT', KEYS[1], expires)
   redis.call('ZREM', KEYS[3], ARGV[1])
@@ -249,7 +252,7 @@ return 'ok'
 
 /// KEYS: 1 record, 2 history. ARGV: 1 key, 2 token.
 const ABANDON: &str = r#"
-redis.call('HSET', KEYS[1], 'lease', fmt(now))
+redis.call('HSET', KEYS[1], 'lease', fmt(now), 'upd', fmt(now))
 log(KEYS[2], 'abandoned', r.tok, now, r.worker, r.expires)
 return 'ok'
 "#;
@@ -275,6 +278,12 @@ return 'ok'
 /// (a flat array) whatever protocol (RESP2 or RESP3) the connection speaks.
 const LOOKUP: &str = r#"
 return redis.call('HGETALL', KEYS[1])
+"#;
+
+/// KEYS: 1 record. The server's clock and the record, read by one script:
+/// `{now_ms, fields}` (`fields` empty if there is no record).
+const OBSERVE: &str = r#"
+return { fmt(now_ms()), redis.call('HGETALL', KEYS[1]) }
 "#;
 
 /// KEYS: 1 pending index. ARGV: 1 prefix, 2 limit.
@@ -355,6 +364,7 @@ struct Scripts {
     abandon: Script,
     resolve: Script,
     lookup: Script,
+    observe: Script,
     pending: Script,
     purge: Script,
     sweep_pending: Script,
@@ -376,13 +386,14 @@ impl Scripts {
             abandon: holding(ABANDON),
             resolve: script(&[SETTLE_PRELUDE, RESOLVE]),
             lookup: plain(LOOKUP),
+            observe: plain(OBSERVE),
             pending: plain(PENDING),
             purge: plain(PURGE),
             sweep_pending: plain(SWEEP_PENDING),
         }
     }
 
-    fn all(&self) -> [&Script; 11] {
+    fn all(&self) -> [&Script; 12] {
         [
             &self.claim,
             &self.takeover,
@@ -392,6 +403,7 @@ impl Scripts {
             &self.abandon,
             &self.resolve,
             &self.lookup,
+            &self.observe,
             &self.pending,
             &self.purge,
             &self.sweep_pending,
@@ -681,7 +693,8 @@ impl RedisStore {
             .arg(req.args)
             .arg(millis(req.lease))
             .arg(millis(req.ttl))
-            .arg(req.worker);
+            .arg(req.worker)
+            .arg(req.version);
         if let Some(stale) = stale_token {
             inv.arg(stale);
         }
@@ -769,6 +782,24 @@ impl Store for RedisStore {
             return Ok(None);
         }
         parse_record(key, fields).map(Some)
+    }
+
+    /// The record and the server's clock (`TIME`), read by one script. Like
+    /// [`lookup`](Store::lookup), an expired record is absent.
+    async fn observe(&self, key: &str) -> StoreResult<Option<Observed>> {
+        let mut inv = self.scripts.observe.prepare_invoke();
+        inv.key(self.record_key(key));
+        let reply = self.run(&inv, "observe", key).await?;
+        let bad = || unexpected("observe", key, &reply);
+        let [now, fields] = array(&reply).ok_or_else(bad)? else {
+            return Err(bad());
+        };
+        let now = uint(now).ok_or_else(bad)?;
+        let fields = array(fields).ok_or_else(bad)?;
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Observed::new(parse_record(key, fields)?, at(now))))
     }
 
     async fn pending(&self, limit: usize) -> StoreResult<Vec<Record>> {
@@ -998,6 +1029,8 @@ struct Fields<'a> {
     tok: Option<&'a Value>,
     lease: Option<&'a Value>,
     tool: Option<&'a Value>,
+    ver: Option<&'a Value>,
+    upd: Option<&'a Value>,
     scope: Option<&'a Value>,
     fp: Option<&'a Value>,
     args: Option<&'a Value>,
@@ -1022,6 +1055,8 @@ fn parse_record(key: &str, flat: &[Value]) -> StoreResult<Record> {
             Some(b"tok") => &mut f.tok,
             Some(b"lease") => &mut f.lease,
             Some(b"tool") => &mut f.tool,
+            Some(b"ver") => &mut f.ver,
+            Some(b"upd") => &mut f.upd,
             Some(b"scope") => &mut f.scope,
             Some(b"fp") => &mut f.fp,
             Some(b"args") => &mut f.args,
@@ -1053,9 +1088,25 @@ fn parse_record(key: &str, flat: &[Value]) -> StoreResult<Record> {
         },
         _ => return Err(corrupt_field(key, "st")),
     };
+    // Absent in records an older build wrote.
+    let version = match f.ver {
+        Some(v) => Some(
+            uint(v)
+                .and_then(|v| u32::try_from(v).ok())
+                .ok_or_else(|| corrupt_field(key, "ver"))?,
+        ),
+        None => None,
+    };
+    let created_at = at(number(f.created, "created")?);
+    let updated_at = match (f.upd, &state) {
+        (Some(_), _) => at(number(f.upd, "upd")?),
+        (None, RecordState::Completed { completed_at, .. }) => *completed_at,
+        (None, RecordState::InProgress { .. }) => created_at,
+    };
     Ok(Record {
         key: key.to_owned(),
         tool: string(f.tool, "tool")?,
+        version,
         scope: match f.scope {
             Some(v) => Some(text(v).ok_or_else(|| corrupt_field(key, "scope"))?),
             None => None,
@@ -1063,7 +1114,8 @@ fn parse_record(key: &str, flat: &[Value]) -> StoreResult<Record> {
         fingerprint: string(f.fp, "fp")?,
         args: string(f.args, "args")?,
         state,
-        created_at: at(number(f.created, "created")?),
+        created_at,
+        updated_at,
         expires_at: at(number(f.expires, "expires")?),
     })
 }
@@ -1114,6 +1166,43 @@ mod tests {
             parse_event("k", b"nope|1|1|w"),
             Err(StoreError::Corrupt(_))
         ));
+    }
+
+    #[test]
+    fn a_record_an_older_build_wrote_has_no_version_and_its_completion_as_update() {
+        let s = |v: &str| Value::BulkString(v.as_bytes().to_vec());
+        let mut flat = vec![
+            s("st"),
+            s("c"),
+            s("tok"),
+            s("3"),
+            s("tool"),
+            s("t"),
+            s("fp"),
+            s("f"),
+            s("args"),
+            s("{}"),
+            s("created"),
+            s("1000"),
+            s("expires"),
+            s("9000"),
+            s("result"),
+            s("1"),
+            s("err"),
+            s("0"),
+            s("done"),
+            s("2000"),
+        ];
+        let old = parse_record("k", &flat).unwrap();
+        assert_eq!((old.version, old.updated_at), (None, at(2000)));
+        flat.extend([s("ver"), s("4"), s("upd"), s("2500")]);
+        let new = parse_record("k", &flat).unwrap();
+        assert_eq!((new.version, new.updated_at), (Some(4), at(2500)));
+        flat.extend([s("ver"), s("-1")]);
+        match parse_record("k", &flat) {
+            Err(StoreError::Corrupt(msg)) => assert!(msg.contains("`ver`"), "{msg}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

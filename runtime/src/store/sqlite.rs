@@ -25,12 +25,14 @@
 //!   transaction as the claim, so a token is never reused for a key, even after release
 //!   or purge, and even across restarts.
 //!
-//! # Schema (version 1, kept in `PRAGMA user_version`)
+//! # Schema (version 2, kept in `PRAGMA user_version`)
 //!
 //! - `records`: one row per key (`key TEXT PRIMARY KEY`), with `tool`, `scope`, `worker`
 //!   (the claimer), `fingerprint`, `args`, `state` (`in_progress` or `completed`), `token`
 //!   (the holder's fencing token), `lease_expires_ms` (in progress only), `result` and
-//!   `is_error` (completed only), `created_ms`, `completed_ms` and `expires_ms`. Indexed
+//!   `is_error` (completed only), `created_ms`, `completed_ms` and `expires_ms`; since
+//!   version 2 also `version` (the tool contract's) and `updated_ms` (the last state
+//!   change), both `NULL` in rows an older build wrote. Indexed
 //!   on `expires_ms` (purge) and on `(state, created_ms, key)` (the pending list, oldest
 //!   first, without a sort).
 //! - `history`: append-only events (`key`, `at_ms`, `kind`, `token`, `worker`) indexed on
@@ -40,8 +42,9 @@
 //!   keeps its history until the next purge, as in the in-memory store; this small table
 //!   lets the purge find those histories without scanning `history`.
 //!
-//! The schema is created on open, inside an immediate transaction, so several processes
-//! may open a new file at once. A file from a newer schema version is refused.
+//! The schema is created or migrated on open, inside an immediate transaction, so several
+//! processes may open a new file at once: [`MIGRATIONS`] are applied in order, each
+//! bringing the file one version up. A file from a newer schema version is refused.
 //!
 //! # Cancellation
 //!
@@ -60,16 +63,20 @@ use tokio::sync::oneshot;
 use tokio::sync::Notify;
 
 use super::{
-    ClaimOutcome, ClaimRequest, Completion, HistoryEvent, HistoryKind, Record, RecordState,
-    Resolution, ResolveRequest, Store, StoreError, StoreResult,
+    ClaimOutcome, ClaimRequest, Completion, HistoryEvent, HistoryKind, Observed, Record,
+    RecordState, Resolution, ResolveRequest, Store, StoreError, StoreResult,
 };
 
 /// How long a write waits for another connection's (or process's) write lock before the
 /// operation fails as unavailable.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// What brings a file from version `n` to `n + 1` is `MIGRATIONS[n]`: version 1 is
+/// [`SCHEMA_V1`]. Append new ones; never edit a released one.
+const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2];
+
 /// The schema version this build writes and understands.
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 /// At most this many queued writes share one transaction, so a burst does not hold the
 /// file's write lock (and other processes) for long.
@@ -124,11 +131,18 @@ CREATE TABLE released (
 );
 ";
 
+/// Version 2: what the operation view shows and version 1 did not keep. Nullable, so the
+/// change is instant on a large file and rows written before it read as "not kept".
+const SCHEMA_V2: &str = "
+ALTER TABLE records ADD COLUMN version INTEGER;
+ALTER TABLE records ADD COLUMN updated_ms INTEGER;
+";
+
 /// The record columns, in the order [`RawRow::read`] expects them.
 macro_rules! record_columns {
     () => {
         "key, tool, scope, worker, fingerprint, args, state, token, lease_expires_ms, \
-         result, is_error, created_ms, completed_ms, expires_ms"
+         result, is_error, created_ms, completed_ms, expires_ms, version, updated_ms"
     };
 }
 
@@ -141,7 +155,7 @@ const SELECT_PENDING: &str = concat!(
 const INSERT_FRESH: &str = concat!(
     "INSERT OR REPLACE INTO records (",
     record_columns!(),
-    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'in_progress', ?7, ?8, NULL, 0, ?9, NULL, ?10)"
+    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'in_progress', ?7, ?8, NULL, 0, ?9, NULL, ?10, ?11, ?12)"
 );
 
 const IN_PROGRESS: &str = "in_progress";
@@ -340,10 +354,12 @@ fn migrate(conn: &mut Connection, label: &str) -> Result<(), Failure> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let version: i64 = tx.pragma_query_value(None, "user_version", |row| row.get(0))?;
     match version {
-        0 => {
-            // Plain CREATE TABLE: a file that already has unrelated `records` tables is
-            // refused rather than silently adopted.
-            tx.execute_batch(SCHEMA_V1)?;
+        // Plain CREATE TABLE in version 1: a file that already has unrelated `records`
+        // tables is refused rather than silently adopted.
+        v if (0..SCHEMA_VERSION).contains(&v) => {
+            for migration in MIGRATIONS.iter().skip(usize::try_from(v).unwrap_or(0)) {
+                tx.execute_batch(migration)?;
+            }
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         }
         SCHEMA_VERSION => {}
@@ -378,6 +394,8 @@ struct RawRow {
     created_ms: i64,
     completed_ms: Option<i64>,
     expires_ms: i64,
+    version: Option<i64>,
+    updated_ms: Option<i64>,
 }
 
 impl RawRow {
@@ -397,6 +415,8 @@ impl RawRow {
             created_ms: row.get(11)?,
             completed_ms: row.get(12)?,
             expires_ms: row.get(13)?,
+            version: row.get(14)?,
+            updated_ms: row.get(15)?,
         })
     }
 
@@ -425,9 +445,17 @@ impl RawRow {
             },
             other => return Err(corrupt(&format!("has an unknown state {other:?}"))),
         };
+        let version = match self.version {
+            Some(v) => Some(
+                u32::try_from(v).map_err(|_| corrupt(&format!("has an invalid version {v}")))?,
+            ),
+            None => None,
+        };
         Ok(Row {
             key,
             tool: self.tool,
+            version,
+            updated_ms: self.updated_ms,
             scope: self.scope,
             fingerprint: self.fingerprint,
             args: self.args,
@@ -442,6 +470,9 @@ impl RawRow {
 struct Row {
     key: String,
     tool: String,
+    version: Option<u32>,
+    /// `None` in rows written before schema version 2.
+    updated_ms: Option<i64>,
     scope: Option<String>,
     fingerprint: String,
     args: String,
@@ -494,6 +525,12 @@ impl Row {
 
     fn into_record(self) -> Result<Record, Failure> {
         let key = self.key;
+        // Rows written before schema version 2: their last known change.
+        let updated_ms = match (&self.state, self.updated_ms) {
+            (_, Some(ms)) => ms,
+            (RowState::Completed { completed_ms, .. }, None) => *completed_ms,
+            (RowState::InProgress { .. }, None) => self.created_ms,
+        };
         let state = match self.state {
             RowState::InProgress {
                 token,
@@ -514,9 +551,11 @@ impl Row {
         };
         Ok(Record {
             created_at: to_system(self.created_ms, "creation time", &key)?,
+            updated_at: to_system(updated_ms, "update time", &key)?,
             expires_at: to_system(self.expires_ms, "expiry", &key)?,
             key,
             tool: self.tool,
+            version: self.version,
             scope: self.scope,
             fingerprint: self.fingerprint,
             args: self.args,
@@ -589,6 +628,7 @@ fn sql_token(token: u64) -> Result<i64, Failure> {
 struct OwnedClaim {
     key: String,
     tool: String,
+    version: u32,
     scope: Option<String>,
     fingerprint: String,
     args: String,
@@ -602,6 +642,7 @@ impl From<ClaimRequest<'_>> for OwnedClaim {
         Self {
             key: req.key.to_owned(),
             tool: req.tool.to_owned(),
+            version: req.version,
             scope: req.scope.map(str::to_owned),
             fingerprint: req.fingerprint.to_owned(),
             args: req.args.to_owned(),
@@ -636,6 +677,8 @@ impl OwnedClaim {
                 lease_expires,
                 created_ms,
                 expires,
+                self.version,
+                now,
             ])?;
         log(conn, &self.key, now, kind, token, &self.worker)?;
         Ok(ClaimOutcome::Acquired { token })
@@ -1007,7 +1050,8 @@ impl Store for SqliteStore {
                 Ok(conn
                     .prepare_cached(
                         "UPDATE records SET state = 'completed', result = ?3, is_error = ?4, \
-                         completed_ms = ?5, expires_ms = ?6, lease_expires_ms = NULL \
+                         completed_ms = ?5, updated_ms = ?5, expires_ms = ?6, \
+                         lease_expires_ms = NULL \
                          WHERE key = ?1 AND state = 'in_progress' AND token = ?2 \
                          RETURNING worker",
                     )?
@@ -1083,7 +1127,7 @@ impl Store for SqliteStore {
             |conn, key, sql_tok, now| {
                 Ok(conn
                     .prepare_cached(
-                        "UPDATE records SET lease_expires_ms = ?3 \
+                        "UPDATE records SET lease_expires_ms = ?3, updated_ms = ?3 \
                          WHERE key = ?1 AND state = 'in_progress' AND token = ?2 \
                          RETURNING worker",
                     )?
@@ -1098,6 +1142,19 @@ impl Store for SqliteStore {
         let key = key.to_owned();
         self.read("lookup", move |conn, _now| {
             select_row(conn, &key)?.map(Row::into_record).transpose()
+        })
+        .await
+    }
+
+    /// The record and the clock of the same read (this machine's, as for every operation).
+    async fn observe(&self, key: &str) -> StoreResult<Option<Observed>> {
+        let key = key.to_owned();
+        self.read("observe", move |conn, now| {
+            let Some(row) = select_row(conn, &key)? else {
+                return Ok(None);
+            };
+            let now = to_system(now, "clock reading", &key)?;
+            Ok(Some(Observed::new(row.into_record()?, now)))
         })
         .await
     }
@@ -1153,7 +1210,7 @@ impl Store for SqliteStore {
                 Decision::Complete { result, ttl_ms } => {
                     conn.prepare_cached(
                         "UPDATE records SET state = 'completed', token = ?2, result = ?3, \
-                         is_error = 0, completed_ms = ?4, expires_ms = ?5, \
+                         is_error = 0, completed_ms = ?4, updated_ms = ?4, expires_ms = ?5, \
                          lease_expires_ms = NULL WHERE key = ?1",
                     )?
                     .execute(rusqlite::params![

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tool_contracts_runtime::store::{
-    ClaimOutcome, ClaimRequest, Completion, HistoryKind, RecordState, Resolution, ResolveRequest,
-    Store, StoreError,
+    ClaimOutcome, ClaimRequest, Completion, HistoryKind, Observed, RecordState, Resolution,
+    ResolveRequest, Store, StoreError,
 };
 
 /// A fresh prefix per suite run, so suites can share one server.
@@ -38,6 +38,7 @@ fn req<'a>(key: &'a str, lease: Duration) -> ClaimRequest<'a> {
     ClaimRequest {
         key,
         tool: "conformance_tool",
+        version: 1,
         scope: Some("tenant-ä"),
         fingerprint: "note=abc",
         args: r#"{"note":"x"}"#,
@@ -107,6 +108,198 @@ pub async fn run_all(store: Arc<dyn Store>, p: &str) {
     abandon_makes_the_outcome_unknown_at_once(&*store, p).await;
     operators_list_and_resolve_pending_keys(&*store, p).await;
     history_records_every_transition(&*store, p).await;
+    observe_reads_a_record_by_the_stores_clock_and_changes_nothing(&*store, p).await;
+    version_and_update_time_follow_every_transition(&*store, p).await;
+}
+
+/// The record and the store's clock of one read: a live lease ends after `now`, an
+/// abandoned one at or before it, whatever the reader's clock says.
+fn lease_left(observed: &Observed) -> Option<Duration> {
+    match observed.record.state {
+        RecordState::InProgress {
+            lease_expires_at, ..
+        } => Some(
+            lease_expires_at
+                .duration_since(observed.now)
+                .unwrap_or(Duration::ZERO),
+        ),
+        RecordState::Completed { .. } => None,
+    }
+}
+
+pub async fn observe_reads_a_record_by_the_stores_clock_and_changes_nothing(
+    store: &dyn Store,
+    p: &str,
+) {
+    let absent = format!("{p}/observe-absent");
+    assert_eq!(store.observe(&absent).await.unwrap(), None);
+    assert!(store.history(&absent).await.unwrap().is_empty());
+
+    // In progress: a live lease, by the store's clock; reading it twice changes nothing,
+    // and a claim still finds the holder.
+    let live = format!("{p}/observe-live");
+    let token = acquire(store, req(&live, LONG)).await;
+    let history = store.history(&live).await.unwrap();
+    let seen = store.observe(&live).await.unwrap().expect("a live claim");
+    let left = lease_left(&seen).expect("in progress");
+    assert!(
+        left > Duration::from_secs(20) && left <= LONG,
+        "a 30 s lease just claimed has {left:?} left by the store's clock"
+    );
+    assert!(matches!(seen.record.state, RecordState::InProgress { token: t, .. } if t == token));
+    assert_eq!(seen.record.scope.as_deref(), Some("tenant-ä"));
+    assert_eq!(seen.record.args, r#"{"note":"x"}"#);
+    assert!(seen.record.created_at <= seen.now && seen.record.updated_at <= seen.now);
+    let again = store.observe(&live).await.unwrap().expect("still there");
+    assert!(matches!(again.record.state, RecordState::InProgress { token: t, .. } if t == token));
+    assert!(
+        again.now >= seen.now,
+        "the store's clock does not run back between reads"
+    );
+    assert_eq!(store.history(&live).await.unwrap(), history);
+    assert!(matches!(
+        store.claim(req(&live, LONG)).await.unwrap(),
+        ClaimOutcome::InProgress { .. }
+    ));
+
+    // Completed: the record a replay gets, read without claiming.
+    store
+        .complete(&live, token, done("{\"ok\":true}"))
+        .await
+        .unwrap();
+    let seen = store.observe(&live).await.unwrap().expect("a result");
+    assert!(matches!(&seen.record.state,
+        RecordState::Completed { result, is_error: false, .. } if result == "{\"ok\":true}"));
+    assert_eq!(lease_left(&seen), None);
+    assert_eq!(
+        store.lookup(&live).await.unwrap(),
+        Some(seen.record.clone())
+    );
+    let ClaimOutcome::Completed(replayed) = store.claim(req(&live, LONG)).await.unwrap() else {
+        panic!("a completed key replays");
+    };
+    assert_eq!(*replayed, seen.record, "a read and a replay see one record");
+
+    // Abandoned: the lease ran out by the store's clock, and the record says so.
+    let expired = format!("{p}/observe-expired");
+    acquire(store, req(&expired, Duration::from_millis(150))).await;
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let history = store.history(&expired).await.unwrap();
+    let seen = store
+        .observe(&expired)
+        .await
+        .unwrap()
+        .expect("an abandoned claim");
+    assert_eq!(lease_left(&seen), Some(Duration::ZERO), "{seen:?}");
+    assert_eq!(
+        store.history(&expired).await.unwrap(),
+        history,
+        "a read takes nothing over"
+    );
+    assert!(matches!(
+        store.claim(req(&expired, LONG)).await.unwrap(),
+        ClaimOutcome::Abandoned { .. }
+    ));
+
+    // Abandoned at once by its holder.
+    let given_up = format!("{p}/observe-abandoned");
+    let token = acquire(store, req(&given_up, LONG)).await;
+    store.abandon(&given_up, token).await.unwrap();
+    let seen = store
+        .observe(&given_up)
+        .await
+        .unwrap()
+        .expect("an abandoned claim");
+    assert_eq!(lease_left(&seen), Some(Duration::ZERO));
+}
+
+pub async fn version_and_update_time_follow_every_transition(store: &dyn Store, p: &str) {
+    let pause = || tokio::time::sleep(Duration::from_millis(30));
+    let key = format!("{p}/version");
+    let claim = |version, lease| ClaimRequest {
+        version,
+        ..req(&key, lease)
+    };
+    let record = || async { store.observe(&key).await.unwrap().expect("a record").record };
+    // Claimed under version 7: created and updated at the claim.
+    let t1 = acquire(store, claim(7, Duration::from_millis(150))).await;
+    let claimed = record().await;
+    assert_eq!(claimed.version, Some(7));
+    assert_eq!(claimed.updated_at, claimed.created_at);
+    let listed = store.pending(100_000).await.unwrap();
+    let listed = listed.iter().find(|r| r.key == key).expect("pending");
+    assert_eq!(
+        (listed.version, listed.updated_at),
+        (Some(7), claimed.updated_at)
+    );
+
+    // A renewal is not a transition.
+    pause().await;
+    store
+        .renew(&key, t1, Duration::from_millis(150))
+        .await
+        .unwrap();
+    assert_eq!(record().await.updated_at, claimed.updated_at);
+
+    // Taken over under version 8 once the lease ran out: a new update time, the same
+    // creation time.
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let ClaimOutcome::Acquired { token: t2 } = store.takeover(claim(8, LONG), t1).await.unwrap()
+    else {
+        panic!("an abandoned claim is taken over");
+    };
+    let taken = record().await;
+    assert_eq!(taken.version, Some(8));
+    assert_eq!(taken.created_at, claimed.created_at);
+    assert!(taken.updated_at > claimed.updated_at, "{taken:?}");
+
+    // Abandoned by its holder, then resolved by an operator: each moves the update time.
+    pause().await;
+    store.abandon(&key, t2).await.unwrap();
+    let abandoned = record().await;
+    assert!(abandoned.updated_at > taken.updated_at, "{abandoned:?}");
+    pause().await;
+    let resolution = Resolution::Complete {
+        result: "\"resolved\"",
+        ttl: LONG,
+    };
+    store.resolve(by_operator(&key, resolution)).await.unwrap();
+    let resolved = record().await;
+    assert!(resolved.updated_at > abandoned.updated_at, "{resolved:?}");
+    assert_eq!(
+        resolved.version,
+        Some(8),
+        "an operator's decision keeps the version"
+    );
+    let RecordState::Completed { completed_at, .. } = resolved.state else {
+        panic!("resolved: {resolved:?}");
+    };
+    assert_eq!(resolved.updated_at, completed_at);
+
+    // Completed by its holder: updated at the completion.
+    let other = format!("{p}/version-complete");
+    let token = acquire(
+        store,
+        ClaimRequest {
+            version: 2,
+            ..req(&other, LONG)
+        },
+    )
+    .await;
+    pause().await;
+    store.complete(&other, token, done("1")).await.unwrap();
+    let done_record = store
+        .observe(&other)
+        .await
+        .unwrap()
+        .expect("a result")
+        .record;
+    let RecordState::Completed { completed_at, .. } = done_record.state else {
+        panic!("completed: {done_record:?}");
+    };
+    assert_eq!(done_record.version, Some(2));
+    assert_eq!(done_record.updated_at, completed_at);
+    assert!(done_record.updated_at > done_record.created_at);
 }
 
 pub async fn abandon_makes_the_outcome_unknown_at_once(store: &dyn Store, p: &str) {
