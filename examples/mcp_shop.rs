@@ -4,6 +4,7 @@
 //! ```sh
 //! cargo run --example mcp_shop --features mcp,sqlite -- --stdio --db /tmp/shop.db
 //! cargo run --example mcp_shop --features mcp,sqlite -- --http 127.0.0.1:8080 --db /tmp/shop.db
+//! cargo run --example mcp_shop --features mcp,sqlite -- --stdio --db /tmp/shop.db --tenant acme
 //! ```
 //!
 //! Keys live in the SQLite file given by `--db`. Every side effect (an order placed, a card
@@ -288,13 +289,15 @@ struct Options {
     mode: Mode,
     db: PathBuf,
     ledger: Option<PathBuf>,
+    tenant: Option<String>,
 }
 
-const USAGE: &str = "usage: mcp_shop (--stdio | --http <addr>) --db <path> [--ledger <path>]";
+const USAGE: &str =
+    "usage: mcp_shop (--stdio | --http <addr>) --db <path> [--ledger <path>] [--tenant <name>]";
 
 fn parse_args() -> Result<Options, String> {
     let mut args = std::env::args().skip(1);
-    let (mut mode, mut db, mut ledger) = (None, None, None);
+    let (mut mode, mut db, mut ledger, mut tenant) = (None, None, None, None);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--stdio" => mode = Some(Mode::Stdio),
@@ -309,6 +312,7 @@ fn parse_args() -> Result<Options, String> {
             }
             "--db" => db = Some(PathBuf::from(args.next().ok_or("--db needs a path")?)),
             "--ledger" => ledger = Some(PathBuf::from(args.next().ok_or("--ledger needs a path")?)),
+            "--tenant" => tenant = Some(args.next().ok_or("--tenant needs a name")?),
             "-h" | "--help" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown argument `{other}`\n{USAGE}")),
         }
@@ -317,6 +321,7 @@ fn parse_args() -> Result<Options, String> {
         mode: mode.ok_or_else(|| format!("say --stdio or --http <addr>\n{USAGE}"))?,
         db: db.ok_or_else(|| format!("say --db <path>\n{USAGE}"))?,
         ledger,
+        tenant,
     })
 }
 
@@ -346,6 +351,12 @@ async fn run() -> Result<(), String> {
     let registry = tool_contracts::try_registry().map_err(|e| e.to_string())?;
     let server = tool_contracts::mcp::McpServer::new(registry.clone())
         .with_server_info("mcp_shop", env!("CARGO_PKG_VERSION"));
+    // The tenant scopes everything this process does: its keys, and which operations its
+    // clients may read (another tenant's on the same store read as not found).
+    let server = match options.tenant {
+        Some(tenant) => server.with_scope(tenant),
+        None => server,
+    };
     eprintln!(
         "mcp_shop: pid {}, store {}, ledger {}",
         std::process::id(),

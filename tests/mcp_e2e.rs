@@ -1011,3 +1011,96 @@ fn python_sdk_end_to_end() {
         "{script} failed ({status}); its output above says why"
     );
 }
+
+/// Post/Redirect/Get over MCP: a mutating result links to its operation (`resource_link`),
+/// `resources/read` of the link answers the stored result without running anything (no
+/// client key resent), `get_operation` answers the same document, and a server of another
+/// tenant on the same store answers "not found", exactly as for a key never used.
+#[tokio::test]
+async fn a_result_links_to_its_operation_which_reads_back_in_its_own_scope_only() {
+    let store = Arc::new(MemoryStore::new());
+    let tenant = |name: &str| {
+        McpServer::new(tool_contracts::registry().clone())
+            .with_store(Arc::clone(&store))
+            .with_scope(name)
+    };
+    let mut a = Session::start(tenant("tenant-a")).await;
+    let mut call = order(121, "gift");
+    call["idempotencyKey"] = "link-intent".into();
+    let first = a.call(call.clone()).await;
+    let key = meta(&first)["key"].as_str().unwrap().to_owned();
+    let uri = format!("tool-contracts://operations/{key}");
+    let link = first["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "resource_link")
+        .cloned()
+        .expect("a resource_link content item");
+    assert_eq!(link["uri"], uri.as_str(), "{first}");
+    assert_eq!(link["mimeType"], "application/json");
+
+    let templates = a.request("resources/templates/list", json!({})).await;
+    assert_eq!(
+        templates["result"]["resourceTemplates"][0]["uriTemplate"],
+        "tool-contracts://operations/{key}",
+        "{templates}"
+    );
+    let read = a.request("resources/read", json!({ "uri": uri })).await;
+    let contents = &read["result"]["contents"][0];
+    assert_eq!(contents["mimeType"], "application/json", "{read}");
+    let doc: Value = serde_json::from_str(contents["text"].as_str().unwrap()).unwrap();
+    assert_eq!(doc["state"], "completed");
+    assert_eq!(doc["key"], key.as_str());
+    assert_eq!(doc["tool"], "place_order");
+    assert_eq!(doc["result"], first["structuredContent"]);
+    assert!(doc.get("args").is_none(), "never the arguments: {doc}");
+
+    let again = a.call(call).await;
+    assert_eq!(meta(&again)["outcome"], "replayed");
+    assert_eq!(
+        doc["result"], again["structuredContent"],
+        "a replay and a read agree"
+    );
+
+    let tools = a.request("tools/list", json!({})).await;
+    let listed = tools["result"]["tools"].as_array().unwrap();
+    let get = listed
+        .iter()
+        .find(|t| t["name"] == "get_operation")
+        .expect("get_operation is published");
+    assert_eq!(get["annotations"]["readOnlyHint"], true);
+    let by_tool = a
+        .call(json!({"name": "get_operation", "arguments": {"key": key}}))
+        .await;
+    assert_eq!(by_tool["isError"], false, "{by_tool}");
+    assert_eq!(by_tool["structuredContent"], doc);
+
+    let mut b = Session::start(tenant("tenant-b")).await;
+    let foreign = b.request("resources/read", json!({ "uri": uri })).await;
+    let never_key = "0".repeat(64);
+    let never = b
+        .request(
+            "resources/read",
+            json!({ "uri": format!("tool-contracts://operations/{never_key}") }),
+        )
+        .await;
+    assert_eq!(foreign["error"]["code"], -32002, "{foreign}");
+    assert_eq!(never["error"]["code"], -32002, "{never}");
+    assert_eq!(
+        foreign["error"]["message"]
+            .as_str()
+            .unwrap()
+            .replace(&key, "K"),
+        never["error"]["message"]
+            .as_str()
+            .unwrap()
+            .replace(&never_key, "K"),
+        "another tenant's key reads exactly like a key never used"
+    );
+    let by_tool_b = b
+        .call(json!({"name": "get_operation", "arguments": {"key": key}}))
+        .await;
+    assert_eq!(by_tool_b["isError"], true, "{by_tool_b}");
+    assert_eq!(effects(121), 1, "reading ran nothing");
+}

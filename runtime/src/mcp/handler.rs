@@ -10,7 +10,9 @@ use std::sync::Arc;
 use rmcp::model::{
     CallToolRequestMethod, CallToolRequestParams, CallToolResponse, CallToolResult, ConstString,
     ContentBlock, CustomRequest, CustomResult, ErrorCode, Implementation, JsonObject,
-    ListToolsResult, MetaObject, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, MetaObject,
+    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, Resource, ResourceContents, ResourceTemplate,
     ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{Peer, RequestContext, RoleServer};
@@ -18,8 +20,8 @@ use rmcp::{ErrorData, ServerHandler};
 use serde_json::{json, Map, Value};
 
 use super::{
-    transport, McpServer, CALL_META_KEY, CLIENT_KEY_MAX_CHARS, CLIENT_KEY_META_KEY,
-    CLIENT_KEY_PARAM, WRAPPED_RESULT_FIELD,
+    operation_uri, transport, McpServer, CALL_META_KEY, CLIENT_KEY_MAX_CHARS, CLIENT_KEY_META_KEY,
+    CLIENT_KEY_PARAM, OPERATION_TOOL, OPERATION_URI_PREFIX, WRAPPED_RESULT_FIELD,
 };
 use crate::ambient::{client_scope, with_progress, with_scope, with_store, ProgressHook};
 use crate::error::Error;
@@ -53,21 +55,16 @@ impl McpServer {
             Ok(k) => k,
             Err(e) => return Ok(self.error_result(name, e, None)),
         };
+        if name == OPERATION_TOOL && self.inner.registry.get(name).is_none() {
+            return Ok(self.operation_tool_result(&args).await);
+        }
         let call = self.inner.registry.call(name, args);
         let call: Pin<Box<dyn Future<Output = Result<ToolOutput, Error>> + Send + '_>> =
             match &client_key {
                 Some(k) => Box::pin(with_scope(client_scope(k), call)),
                 None => Box::pin(call),
             };
-        let call: Pin<Box<dyn Future<Output = Result<ToolOutput, Error>> + Send + '_>> =
-            match &self.inner.scope {
-                Some(scope) => Box::pin(with_scope(scope.clone(), call)),
-                None => call,
-            };
-        let outcome = match &self.inner.store {
-            Some(store) => with_store(Arc::clone(store), call).await,
-            None => call.await,
-        };
+        let outcome = self.in_context(call).await;
         match outcome {
             Ok(output) => Ok(self.success_result(name, output, client_key.as_deref())),
             Err(Error::UnknownTool { name, suggestion }) => {
@@ -83,6 +80,49 @@ impl McpServer {
                 ))
             }
             Err(e) => Ok(self.error_result(name, e, client_key.as_deref())),
+        }
+    }
+
+    /// Runs `future` as this server runs every request: in its scope, on its store.
+    async fn in_context<T>(&self, future: impl Future<Output = T> + Send) -> T {
+        let future: Pin<Box<dyn Future<Output = T> + Send + '_>> = match &self.inner.scope {
+            Some(scope) => Box::pin(with_scope(scope.clone(), future)),
+            None => Box::pin(future),
+        };
+        match &self.inner.store {
+            Some(store) => with_store(Arc::clone(store), future).await,
+            None => future.await,
+        }
+    }
+
+    /// The operation of `key` as this server's callers may see it (its scope and store):
+    /// `None` for a key never used, purged, or made in another scope, alike.
+    async fn operation(&self, key: &str) -> Result<Option<crate::Operation>, Error> {
+        self.in_context(crate::operation(key)).await
+    }
+
+    /// `get_operation`: the operation document as structured content, or a tool error
+    /// saying it is not found (the model can then retry the call itself).
+    async fn operation_tool_result(&self, args: &Value) -> CallToolResult {
+        let Some(key) = args.get("key").and_then(Value::as_str) else {
+            return CallToolResult::error(vec![ContentBlock::text(format!(
+                "`{OPERATION_TOOL}` takes {{\"key\": \"<the key from a result's _meta or resource link>\"}}"
+            ))]);
+        };
+        match self.operation(key).await {
+            Ok(Some(op)) => match serde_json::to_value(&op) {
+                Ok(doc) => {
+                    let mut result =
+                        CallToolResult::success(vec![ContentBlock::text(doc.to_string())]);
+                    result.structured_content = Some(doc);
+                    result
+                }
+                Err(e) => CallToolResult::error(vec![ContentBlock::text(format!(
+                    "the operation {key} cannot be encoded: {e}"
+                ))]),
+            },
+            Ok(None) => CallToolResult::error(vec![ContentBlock::text(not_found(key))]),
+            Err(e) => CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
         }
     }
 
@@ -113,7 +153,8 @@ impl McpServer {
             OutputShape::Unknown if value.is_object() => Some(value),
             OutputShape::Unknown => {
                 let text = value.to_string();
-                let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+                let mut result =
+                    CallToolResult::success(with_link(vec![ContentBlock::text(text)], key));
                 result.meta = Some(call_meta(outcome, key, client_key, None));
                 return result;
             }
@@ -121,7 +162,7 @@ impl McpServer {
         let text = structured
             .as_ref()
             .map_or_else(String::new, Value::to_string);
-        let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+        let mut result = CallToolResult::success(with_link(vec![ContentBlock::text(text)], key));
         result.structured_content = structured;
         result.meta = Some(call_meta(outcome, key, client_key, None));
         result
@@ -141,7 +182,11 @@ impl McpServer {
 
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
-        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_resources()
+            .build();
+        let mut info = ServerConfig::new(capabilities);
         info.server_info = Implementation::new(self.inner.name.clone(), self.inner.version.clone());
         info.instructions = self.inner.instructions.clone();
         info
@@ -157,13 +202,84 @@ impl ServerHandler for McpServer {
         let result = {
             let mut result = ListToolsResult::default();
             result.tools = self.inner.tools.clone();
+            if self.inner.operation_tool && self.inner.registry.get(OPERATION_TOOL).is_none() {
+                result.tools.push(operation_tool());
+            }
             result
         };
         Ok(result)
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        self.inner.tools.iter().find(|t| t.name == name).cloned()
+        let builtin = self.inner.operation_tool && name == OPERATION_TOOL;
+        self.inner
+            .tools
+            .iter()
+            .find(|t| t.name == name)
+            .cloned()
+            .or_else(|| builtin.then(operation_tool))
+    }
+
+    /// No listing: an operation is found by its key (the link a result carries), never by
+    /// browsing another caller's calls.
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        Ok(ListResourcesResult::default())
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let template = ResourceTemplate::new(format!("{OPERATION_URI_PREFIX}{{key}}"), "operation")
+            .with_title("Operation by idempotency key")
+            .with_description("What became of a mutating tool call: its state (in_progress, completed, failed, unknown) and, once completed, the stored result. Reading never runs or repeats anything.")
+            .with_mime_type("application/json");
+        #[allow(clippy::field_reassign_with_default)]
+        let result = {
+            let mut result = ListResourceTemplatesResult::default();
+            result.resource_templates = vec![template];
+            result
+        };
+        Ok(result)
+    }
+
+    /// `resources/read` of `tool-contracts://operations/{key}`: the operation document, in
+    /// this server's scope; a key never used or of another scope is the MCP
+    /// resource-not-found error (`-32002`), alike.
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let uri = request.uri;
+        let Some(key) = uri.strip_prefix(OPERATION_URI_PREFIX) else {
+            return Err(ErrorData::resource_not_found(
+                format!("no resource {uri}: this server serves {OPERATION_URI_PREFIX}{{key}}"),
+                Some(json!({ "uri": uri })),
+            ));
+        };
+        match self.operation(key).await {
+            Ok(Some(op)) => {
+                let text = serde_json::to_string(&op).map_err(|e| {
+                    ErrorData::internal_error(format!("the operation cannot be encoded: {e}"), None)
+                })?;
+                let contents = ResourceContents::text(text, uri).with_mime_type("application/json");
+                Ok(ReadResourceResult::new(vec![contents]).into())
+            }
+            Ok(None) => Err(ErrorData::resource_not_found(
+                not_found(key),
+                Some(json!({ "uri": uri })),
+            )),
+            Err(e) => Err(ErrorData::internal_error(
+                e.to_string(),
+                Some(json!({ "uri": uri, "code": e.code() })),
+            )),
+        }
     }
 
     async fn call_tool(
@@ -523,4 +639,37 @@ mod tests {
         let wrapped = wrap_schema(json!(true));
         assert_eq!(wrapped["properties"]["result"], json!(true));
     }
+}
+
+/// A result's content with the link to its operation (the redirect of Post/Redirect/Get),
+/// when the call has a key.
+fn with_link(mut content: Vec<ContentBlock>, key: Option<&str>) -> Vec<ContentBlock> {
+    if let Some(key) = key {
+        let link = Resource::new(operation_uri(key), format!("operation {key}"))
+            .with_description("Read this to learn what became of the call, without calling again.")
+            .with_mime_type("application/json");
+        content.push(ContentBlock::resource_link(link));
+    }
+    content
+}
+
+fn not_found(key: &str) -> String {
+    format!("no operation with key {key} in this server's scope: it was never made here, has expired, or belongs to another tenant; make the call (the same arguments are safe to repeat)")
+}
+
+/// The read-only `get_operation` tool as published in `tools/list`.
+fn operation_tool() -> Tool {
+    let json = json!({
+        "name": OPERATION_TOOL,
+        "description": "Read what became of an earlier mutating call by its idempotency key (from the call result's `_meta[\"dev.tool-contracts/call\"].key` or its resource link): state in_progress, completed (with the stored result), failed (a stored error) or unknown (its worker stopped mid-call). Never runs or repeats the call.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"key": {"type": "string", "description": "The operation's idempotency key (64 hex digits)."}},
+            "required": ["key"],
+            "additionalProperties": false
+        },
+        "annotations": {"readOnlyHint": true, "idempotentHint": true, "destructiveHint": false, "openWorldHint": false}
+    });
+    // A fixed, valid tool: the fallback (no annotations) is never taken in practice.
+    serde_json::from_value(json).unwrap_or_else(|_| Tool::default())
 }

@@ -63,6 +63,19 @@ pub use transport::{serve_http, serve_stdio};
 /// Re-exported: the MCP SDK this module is built on, for its transports and model types.
 pub use ::rmcp;
 
+/// The URI of the operation of `key`, as a result's `resource_link` names it and
+/// `resources/read` reads it: `tool-contracts://operations/{key}`.
+pub fn operation_uri(key: &str) -> String {
+    format!("{OPERATION_URI_PREFIX}{key}")
+}
+
+/// The prefix of every operation URI; the resource template is this plus `{key}`.
+pub const OPERATION_URI_PREFIX: &str = "tool-contracts://operations/";
+
+/// The name of the read-only tool that returns an operation by its key (see
+/// [`McpServer::without_operation_tool`]).
+pub const OPERATION_TOOL: &str = "get_operation";
+
 /// `_meta` key of a tool's idempotency contract in `tools/list`.
 pub const IDEMPOTENCY_META_KEY: &str = "dev.tool-contracts/idempotency";
 /// `_meta` key of a `tools/call` result's outcome: `{"outcome", "replayed", "key", …}`.
@@ -96,6 +109,8 @@ struct Inner {
     instructions: Option<String>,
     /// The `Origin`s the HTTP server accepts; `None`: pages on this machine only.
     allowed_origins: Option<Vec<String>>,
+    /// Whether `get_operation` is published (the default) beside the registry's tools.
+    operation_tool: bool,
     tools: Vec<Tool>,
     shapes: HashMap<&'static str, handler::OutputShape>,
 }
@@ -151,6 +166,7 @@ impl McpServer {
                 version: env!("CARGO_PKG_VERSION").to_owned(),
                 instructions: Some(DEFAULT_INSTRUCTIONS.to_owned()),
                 allowed_origins: None,
+                operation_tool: true,
                 tools,
                 shapes,
             }),
@@ -168,6 +184,7 @@ impl McpServer {
                 version: shared.version.clone(),
                 instructions: shared.instructions.clone(),
                 allowed_origins: shared.allowed_origins.clone(),
+                operation_tool: shared.operation_tool,
                 tools: shared.tools.clone(),
                 shapes: shared.shapes.clone(),
             },
@@ -183,6 +200,14 @@ impl McpServer {
     pub fn with_store<S: Store>(self, store: S) -> Self {
         let store: Arc<dyn Store> = Arc::new(store);
         self.map(|inner| inner.store = Some(store))
+    }
+
+    /// Leaves the read-only `get_operation` tool out of `tools/list` (it is published by
+    /// default, for model clients that call tools but never read resources; the same
+    /// document stays readable with `resources/read`). A registry tool of that name always
+    /// takes precedence over the built-in one.
+    pub fn without_operation_tool(self) -> Self {
+        self.map(|inner| inner.operation_tool = false)
     }
 
     /// Folds `scope` (a tenant, a deployment) into every key this server makes; client
