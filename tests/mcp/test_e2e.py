@@ -151,7 +151,7 @@ class Harness:
         return env
 
     @contextlib.asynccontextmanager
-    async def connect(self, **env: str) -> AsyncIterator[tuple[Client, Server]]:
+    async def connect(self, tenant: str | None = None, **env: str) -> AsyncIterator[tuple[Client, Server]]:
         raise NotImplementedError
         yield  # pragma: no cover
 
@@ -160,11 +160,11 @@ class StdioHarness(Harness):
     name = "stdio"
 
     @contextlib.asynccontextmanager
-    async def connect(self, **env: str) -> AsyncIterator[tuple[Client, Server]]:
+    async def connect(self, tenant: str | None = None, **env: str) -> AsyncIterator[tuple[Client, Server]]:
         server = Server(self, self.server_env(env))
         with open(server.log_path, "w") as errlog:
             params = StdioServerParameters(
-                command=self.binary, args=["--stdio", "--db", str(self.db)], env=server.env
+                command=self.binary, args=["--stdio", "--db", str(self.db), *tenant_args(tenant)], env=server.env
             )
             async with Client(stdio_client(params, errlog=errlog)) as client:
                 yield client, server
@@ -174,11 +174,11 @@ class HttpHarness(Harness):
     name = "http"
 
     @contextlib.asynccontextmanager
-    async def connect(self, **env: str) -> AsyncIterator[tuple[Client, Server]]:
+    async def connect(self, tenant: str | None = None, **env: str) -> AsyncIterator[tuple[Client, Server]]:
         server = Server(self, self.server_env(env))
         errlog = open(server.log_path, "w")
         process = await anyio.open_process(
-            [self.binary, "--http", "127.0.0.1:0", "--db", str(self.db)],
+            [self.binary, "--http", "127.0.0.1:0", "--db", str(self.db), *tenant_args(tenant)],
             env=server.env,
             stdin=None,
             stdout=errlog,
@@ -203,6 +203,10 @@ class HttpHarness(Harness):
             with anyio.move_on_after(10):
                 await process.wait()
             errlog.close()
+
+
+def tenant_args(tenant: str | None) -> list[str]:
+    return ["--tenant", tenant] if tenant else []
 
 
 def order_args(user_id: int, cart_id: str, note: str = "leave at the door") -> dict[str, Any]:
@@ -525,6 +529,76 @@ SCENARIOS: list[Callable[[Harness], Any]] = [
     fifty_concurrent_calls_make_one_effect,
     an_independent_client_computes_the_server_key_from_tools_list,
 ]
+
+
+async def read_operation(client: Client, uri: str) -> dict[str, Any]:
+    read = await client.read_resource(uri)
+    check(len(read.contents) == 1, f"one content item: {read}")
+    item = read.contents[0]
+    check(item.mime_type == "application/json", f"mime type: {item}")
+    return json.loads(item.text)
+
+
+async def not_found(client: Client, uri: str) -> str:
+    try:
+        read = await client.read_resource(uri)
+    except MCPError as e:
+        # MCP's resource-not-found: -32002 up to protocol 2025-11-25, -32602 (invalid
+        # params) from 2026-07-28 on (SEP-2164; rmcp maps it by the negotiated version).
+        check(e.code in (-32002, -32602), f"not the resource-not-found error: {e.code} {e}")
+        return str(e.error.message)
+    raise Failure(f"{uri} was readable: {read}")
+
+
+async def a_result_links_to_its_operation_which_survives_a_restart_in_its_tenant_only(h: Harness) -> None:
+    """Post/Redirect/Get: the call's resource_link is read with resources/read (no client key
+    resent), again after a SIGKILL and restart, through get_operation, and not at all by a
+    server of another tenant on the same store."""
+    args = order_args(7700 + len(h.name), f"c-link-{h.name}")
+    client_key = f"link-intent-{h.name}"
+    killed = False
+    try:
+        async with h.connect(tenant="acme") as (client, server):
+            first = await client.call_tool("create_order", args, meta={CLIENT_KEY: client_key})
+            check(not first.is_error, f"the call failed: {text_of(first)}")
+            key = call_meta(first)["key"]
+            links = [c for c in first.content if c.type == "resource_link"]
+            check(len(links) == 1, f"one resource_link: {first.content}")
+            uri = str(links[0].uri)
+            check(uri == f"tool-contracts://operations/{key}", f"link {uri} for key {key}")
+            templates = await client.list_resource_templates()
+            check(
+                [t.uri_template for t in templates.resource_templates] == ["tool-contracts://operations/{key}"],
+                f"templates: {templates}",
+            )
+            doc = await read_operation(client, uri)
+            check(doc["state"] == "completed" and doc["key"] == key, f"operation: {doc}")
+            check(doc["result"] == first.structured_content, f"read {doc['result']} != call {first.structured_content}")
+            by_tool = await client.call_tool("get_operation", {"key": key})
+            check(not by_tool.is_error and by_tool.structured_content == doc, f"get_operation: {by_tool}")
+            server.kill()  # SIGKILL; the store is the SQLite file
+            killed = True
+    except Exception as e:  # the SDK's transport tears down a dead connection noisily
+        if not killed:
+            raise
+        print(f"     (client teardown after the kill: {type(e).__name__})")
+    check(killed, "the server was not killed")
+    async with h.connect(tenant="acme") as (client, _):
+        after = await read_operation(client, uri)
+        check(after == doc, f"after the restart: {after} != {doc}")
+    async with h.connect(tenant="globex") as (client, _):
+        foreign = await not_found(client, uri)
+        never = await not_found(client, "tool-contracts://operations/" + "0" * 64)
+        check(
+            foreign.replace(key, "K") == never.replace("0" * 64, "K"),
+            f"a foreign key must read like one never used: {foreign!r} vs {never!r}",
+        )
+        by_tool = await client.call_tool("get_operation", {"key": key})
+        check(by_tool.is_error is True, f"another tenant's get_operation: {by_tool}")
+    check(h.ledger.count("order", user_id=args["user_id"]) == 1, "reading placed another order")
+
+
+SCENARIOS.append(a_result_links_to_its_operation_which_survives_a_restart_in_its_tenant_only)
 
 
 async def main(binary: str) -> int:
