@@ -576,6 +576,39 @@ pub(super) fn tool_json(descriptor: &ToolDescriptor) -> (Value, OutputShape) {
     (tool, shape)
 }
 
+/// A result's content with the link to its operation (the redirect of Post/Redirect/Get),
+/// when the call has a key.
+fn with_link(mut content: Vec<ContentBlock>, key: Option<&str>) -> Vec<ContentBlock> {
+    if let Some(key) = key {
+        let link = Resource::new(operation_uri(key), format!("operation {key}"))
+            .with_description("Read this to learn what became of the call, without calling again.")
+            .with_mime_type("application/json");
+        content.push(ContentBlock::resource_link(link));
+    }
+    content
+}
+
+fn not_found(key: &str) -> String {
+    format!("no operation with key {key} in this server's scope: it was never made here, has expired, or belongs to another tenant; make the call (the same arguments are safe to repeat)")
+}
+
+/// The read-only `get_operation` tool as published in `tools/list`.
+fn operation_tool() -> Tool {
+    let json = json!({
+        "name": OPERATION_TOOL,
+        "description": "Read what became of an earlier mutating call by its idempotency key (from the call result's `_meta[\"dev.tool-contracts/call\"].key` or its resource link): state in_progress, completed (with the stored result), failed (a stored error) or unknown (its worker stopped mid-call). Never runs or repeats the call.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"key": {"type": "string", "description": "The operation's idempotency key (64 hex digits)."}},
+            "required": ["key"],
+            "additionalProperties": false
+        },
+        "annotations": {"readOnlyHint": true, "idempotentHint": true, "destructiveHint": false, "openWorldHint": false}
+    });
+    // A fixed, valid tool: the fallback (no annotations) is never taken in practice.
+    serde_json::from_value(json).unwrap_or_else(|_| Tool::default())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -639,37 +672,4 @@ mod tests {
         let wrapped = wrap_schema(json!(true));
         assert_eq!(wrapped["properties"]["result"], json!(true));
     }
-}
-
-/// A result's content with the link to its operation (the redirect of Post/Redirect/Get),
-/// when the call has a key.
-fn with_link(mut content: Vec<ContentBlock>, key: Option<&str>) -> Vec<ContentBlock> {
-    if let Some(key) = key {
-        let link = Resource::new(operation_uri(key), format!("operation {key}"))
-            .with_description("Read this to learn what became of the call, without calling again.")
-            .with_mime_type("application/json");
-        content.push(ContentBlock::resource_link(link));
-    }
-    content
-}
-
-fn not_found(key: &str) -> String {
-    format!("no operation with key {key} in this server's scope: it was never made here, has expired, or belongs to another tenant; make the call (the same arguments are safe to repeat)")
-}
-
-/// The read-only `get_operation` tool as published in `tools/list`.
-fn operation_tool() -> Tool {
-    let json = json!({
-        "name": OPERATION_TOOL,
-        "description": "Read what became of an earlier mutating call by its idempotency key (from the call result's `_meta[\"dev.tool-contracts/call\"].key` or its resource link): state in_progress, completed (with the stored result), failed (a stored error) or unknown (its worker stopped mid-call). Never runs or repeats the call.",
-        "inputSchema": {
-            "type": "object",
-            "properties": {"key": {"type": "string", "description": "The operation's idempotency key (64 hex digits)."}},
-            "required": ["key"],
-            "additionalProperties": false
-        },
-        "annotations": {"readOnlyHint": true, "idempotentHint": true, "destructiveHint": false, "openWorldHint": false}
-    });
-    // A fixed, valid tool: the fallback (no annotations) is never taken in practice.
-    serde_json::from_value(json).unwrap_or_else(|_| Tool::default())
 }
