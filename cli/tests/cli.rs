@@ -354,7 +354,7 @@ async fn show_prints_an_operation_in_its_scope_and_no_other() {
         .unwrap_or_else(|| panic!("no lease line in {out}"));
     let left = humantime::parse_duration(lease).unwrap_or_else(|e| panic!("{lease:?}: {e}"));
     assert!(
-        left > Duration::ZERO && left <= long && left.subsec_nanos() % 1_000_000 == 0,
+        left > Duration::ZERO && left <= long && left.subsec_nanos().is_multiple_of(1_000_000),
         "{lease}"
     );
     let (ok, out, err) = show(&["--scope", "tenant-7", "--scope", "eu", "key-lost"]);
