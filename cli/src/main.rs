@@ -4,13 +4,18 @@
 //! result; or it did not: release it), and purges expired records.
 //!
 //! ```text
-//! tool-contracts pending --store sqlite:/var/lib/app/keys.db
+//! tool-contracts pending --store sqlite:/var/lib/app/keys.db --older-than 2h
 //! tool-contracts show    --store sqlite:/var/lib/app/keys.db --scope tenant-42 KEY
 //! tool-contracts history --store redis://127.0.0.1:6379 KEY
-//! tool-contracts resolve --store postgres://postgres@127.0.0.1/test KEY --result '{"order_id": 7}'
+//! tool-contracts resolve --store postgres://postgres@127.0.0.1/test KEY --result '{"order_id": 7}' --ttl 7days
 //! tool-contracts resolve --store … KEY --release
 //! tool-contracts purge   --store …
 //! ```
+//!
+//! Durations are read and written as humantime writes them (`90s`, `2h 30m`, `7days`); a
+//! plain number is still read as seconds, as `--ttl-secs` took it. Times are RFC 3339 in
+//! UTC. JSON lines keep their numeric fields (`age_secs`, `at_ms`) beside the RFC 3339
+//! times, so scripts written for them keep working.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -26,7 +31,9 @@ use tool_contracts_runtime::{operation_with_history, with_scope, with_store, Ope
 #[command(
     name = "tool-contracts",
     version,
-    about = "Inspect and resolve idempotency keys in a tool-contracts store"
+    about = "Inspect and resolve idempotency keys in a tool-contracts store",
+    after_help = "Durations: `90s`, `15m`, `2h 30m`, `7days` (humantime); a plain number is \
+                  seconds. Times are printed in RFC 3339, UTC."
 )]
 struct Cli {
     /// Store URL: memory:, sqlite:PATH, redis://HOST:PORT, postgres://USER@HOST/DB.
@@ -46,6 +53,10 @@ enum Command {
         /// At most this many.
         #[arg(long, default_value_t = 100)]
         limit: usize,
+        /// Only keys claimed at least this long ago (`30m`, `2h`; a plain number is
+        /// seconds): the ones stuck, not the calls running now.
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        older_than: Option<Duration>,
     },
     /// An operation as every surface shows it (state, times, result or error, history),
     /// read in a scope: a key made in another scope is not found, like one never used.
@@ -76,9 +87,15 @@ enum Command {
         /// Free the key so the next call runs the tool.
         #[arg(long)]
         release: bool,
-        /// How long to keep the result, in seconds.
-        #[arg(long, default_value_t = 24 * 3600)]
-        ttl_secs: u64,
+        /// How long to keep the result (`24h`, `7days`; a plain number is seconds).
+        #[arg(
+            long,
+            alias = "ttl-secs",
+            value_name = "DURATION",
+            default_value = "24h",
+            value_parser = parse_ttl
+        )]
+        ttl: Duration,
     },
     /// Delete records past their expiry.
     Purge,
@@ -102,10 +119,21 @@ async fn run(cli: Cli) -> Result<(), String> {
         .ok_or("no store: pass --store URL or set TOOL_CONTRACTS_STORE")?;
     let store = store::open(&url).await.map_err(|e| format!("{url}: {e}"))?;
     match cli.command {
-        Command::Pending { limit } => {
-            let records = store.pending(limit).await.map_err(|e| e.to_string())?;
+        Command::Pending { limit, older_than } => {
+            let mut records = store.pending(limit).await.map_err(|e| e.to_string())?;
+            // Oldest first: the ones old enough are a prefix of the store's answer, so
+            // filtering after the limit still gives the `limit` oldest of them.
+            if let Some(min_age) = older_than {
+                records.retain(|r| age(r.created_at) >= min_age);
+            }
             if records.is_empty() && !cli.json {
-                println!("no pending keys");
+                match older_than {
+                    Some(min_age) => println!(
+                        "no pending keys older than {}",
+                        humantime::format_duration(min_age)
+                    ),
+                    None => println!("no pending keys"),
+                }
             }
             for record in records {
                 print_record(&record, cli.json);
@@ -125,7 +153,7 @@ async fn run(cli: Cli) -> Result<(), String> {
             if cli.json {
                 println!("{doc}");
             } else {
-                print_operation(&doc);
+                print_operation(&op, &doc);
             }
         }
         Command::History { key } => {
@@ -140,12 +168,12 @@ async fn run(cli: Cli) -> Result<(), String> {
                 if cli.json {
                     println!(
                         "{}",
-                        serde_json::json!({"at_ms": millis(event.at), "event": event.kind.as_str(), "token": event.token, "worker": event.worker})
+                        serde_json::json!({"at": rfc3339(event.at), "at_ms": millis(event.at), "event": event.kind.as_str(), "token": event.token, "worker": event.worker})
                     );
                 } else {
                     println!(
                         "  {}  {:<10}  token {:<6}  {}",
-                        millis(event.at),
+                        rfc3339(event.at),
                         event.kind.as_str(),
                         event.token,
                         event.worker
@@ -157,16 +185,13 @@ async fn run(cli: Cli) -> Result<(), String> {
             key,
             result,
             release,
-            ttl_secs,
+            ttl,
         } => {
             let resolution = match (&result, release) {
                 (Some(json), false) => {
                     serde_json::from_str::<serde_json::Value>(json)
                         .map_err(|e| format!("--result is not valid JSON: {e}"))?;
-                    Resolution::Complete {
-                        result: json,
-                        ttl: Duration::from_secs(ttl_secs),
-                    }
+                    Resolution::Complete { result: json, ttl }
                 }
                 _ => Resolution::Release,
             };
@@ -219,8 +244,9 @@ async fn show(
     with_store(store, read).await.map_err(|e| e.to_string())
 }
 
-/// The operation document, for a person: one field a line, then its history.
-fn print_operation(doc: &Value) {
+/// The operation document, for a person: one field a line, then its history. Times are
+/// the document's RFC 3339 strings; durations are written by humantime from `op`.
+fn print_operation(op: &Operation, doc: &Value) {
     let text = |field: &str| match &doc[field] {
         Value::String(s) => s.clone(),
         Value::Null => "-".to_owned(),
@@ -235,8 +261,9 @@ fn print_operation(doc: &Value) {
     println!("  state     {}", text("state"));
     match doc["state"].as_str() {
         Some("in_progress") => println!(
-            "  lease     {} ms left, by the store's clock",
-            text("lease_remaining_ms")
+            "  lease     {} left, by the store's clock",
+            op.lease_remaining
+                .map_or_else(|| "-".to_owned(), |left| human(left, Precision::Millis))
         ),
         Some("unknown") => println!(
             "  note      its lease ran out mid-call: the effect may or may not have happened; \
@@ -246,7 +273,11 @@ fn print_operation(doc: &Value) {
     }
     println!("  created   {}", text("created_at"));
     println!("  updated   {}", text("updated_at"));
-    println!("  expires   {}", text("expires_at"));
+    println!(
+        "  expires   {} ({})",
+        text("expires_at"),
+        relative(op.expires_at, SystemTime::now())
+    );
     if let Some(result) = doc.get("result") {
         println!("  result    {result}");
     }
@@ -271,6 +302,71 @@ fn operator() -> String {
     format!("operator:{user}")
 }
 
+/// A duration as humantime writes it (`90s`, `2h 30m`, `7days`), or a plain number of
+/// seconds (what `--ttl-secs` took, kept so existing scripts still work).
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        return text
+            .parse::<u64>()
+            .map(Duration::from_secs)
+            .map_err(|_| "more seconds than a duration holds: write e.g. `7days`".to_owned());
+    }
+    humantime::parse_duration(text).map_err(|e| {
+        format!("{e}: write a duration such as `90s`, `15m`, `2h 30m` or `7days`, or a number of seconds")
+    })
+}
+
+/// `--ttl`: a [`parse_duration`] more than zero, since a result kept for no time expires
+/// at once and the next call would run the tool again.
+fn parse_ttl(text: &str) -> Result<Duration, String> {
+    match parse_duration(text)? {
+        Duration::ZERO => Err(
+            "a result kept for no time expires at once and the next call runs the tool again: \
+             give a TTL such as `24h`"
+                .to_owned(),
+        ),
+        ttl => Ok(ttl),
+    }
+}
+
+/// How finely [`human`] writes a duration.
+#[derive(Clone, Copy)]
+enum Precision {
+    Seconds,
+    Millis,
+}
+
+/// `d` as humantime writes it, cut to whole seconds or milliseconds: an operator reads
+/// "23h 59m 58s", not the nanoseconds the clocks happen to differ by.
+fn human(d: Duration, precision: Precision) -> String {
+    let cut = match precision {
+        Precision::Seconds => Duration::from_secs(d.as_secs()),
+        Precision::Millis => {
+            Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        }
+    };
+    humantime::format_duration(cut).to_string()
+}
+
+/// When `at` is from `now`: "in 23h 59m 58s" or "5m ago".
+fn relative(at: SystemTime, now: SystemTime) -> String {
+    match at.duration_since(now) {
+        Ok(ahead) => format!("in {}", human(ahead, Precision::Seconds)),
+        Err(behind) => format!("{} ago", human(behind.duration(), Precision::Seconds)),
+    }
+}
+
+/// Time since `t` by this machine's clock; zero for a time in the future.
+fn age(t: SystemTime) -> Duration {
+    SystemTime::now().duration_since(t).unwrap_or_default()
+}
+
+/// `t` in RFC 3339, UTC, to the millisecond (as the operation document writes times).
+fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
 fn millis(t: SystemTime) -> u128 {
     t.duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis())
@@ -279,10 +375,7 @@ fn millis(t: SystemTime) -> u128 {
 
 fn print_record(r: &Record, json: bool) {
     let now = SystemTime::now();
-    let age = now
-        .duration_since(r.created_at)
-        .unwrap_or_default()
-        .as_secs();
+    let age = age(r.created_at);
     let state = match &r.state {
         RecordState::InProgress {
             lease_expires_at,
@@ -295,17 +388,62 @@ fn print_record(r: &Record, json: bool) {
     if json {
         println!(
             "{}",
-            serde_json::json!({"key": r.key, "tool": r.tool, "scope": r.scope, "state": state, "age_secs": age, "args": r.args})
+            serde_json::json!({"key": r.key, "tool": r.tool, "scope": r.scope, "state": state, "created_at": rfc3339(r.created_at), "expires_at": rfc3339(r.expires_at), "age_secs": age.as_secs(), "args": r.args})
         );
     } else {
         println!(
-            "{}  tool {}  scope {}  {}  age {}s  args {}",
+            "{}  tool {}  scope {}  {}  age {}  args {}",
             r.key,
             r.tool,
             r.scope.as_deref().unwrap_or("-"),
             state,
-            age,
+            human(age, Precision::Seconds),
             r.args
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_are_humantime_or_a_plain_number_of_seconds() {
+        let d = |text| parse_duration(text);
+        assert_eq!(d("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(d(" 90 "), Ok(Duration::from_secs(90)));
+        assert_eq!(d("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(d("2h 30m"), Ok(Duration::from_secs(9000)));
+        assert_eq!(d("7days"), Ok(Duration::from_secs(7 * 86_400)));
+        assert_eq!(d("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(d("1.5h"), Ok(Duration::from_secs(5400)));
+        for bad in ["", "2x", "-5", "h", "5 parsecs"] {
+            let err = d(bad).expect_err(bad);
+            assert!(err.contains("or a number of seconds"), "{bad:?}: {err}");
+        }
+        assert_eq!(parse_ttl("24h"), Ok(Duration::from_secs(86_400)));
+        assert!(parse_ttl("0").is_err() && parse_ttl("0s").is_err());
+    }
+
+    #[test]
+    fn durations_are_written_cut_to_what_an_operator_reads() {
+        let d = Duration::new(86_399, 873_000_123);
+        assert_eq!(human(d, Precision::Seconds), "23h 59m 59s");
+        assert_eq!(human(d, Precision::Millis), "23h 59m 59s 873ms");
+        assert_eq!(human(Duration::ZERO, Precision::Seconds), "0s");
+        assert_eq!(
+            human(Duration::MAX, Precision::Millis),
+            human(Duration::from_millis(u64::MAX), Precision::Millis)
+        );
+        let now = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        assert_eq!(relative(now + Duration::from_secs(3_540), now), "in 59m");
+        assert_eq!(
+            relative(now - Duration::from_millis(300_400), now),
+            "5m ago"
+        );
+        assert_eq!(
+            rfc3339(now + Duration::from_millis(5)),
+            "2023-11-14T22:13:20.005Z"
         );
     }
 }

@@ -33,7 +33,7 @@ async fn an_operator_lists_reads_and_resolves_an_abandoned_key() {
         ttl: Duration::from_secs(60),
         worker: "worker-a",
     };
-    for key in ["key-happened", "key-did-not"] {
+    for key in ["key-happened", "key-did-not", "key-old-flag"] {
         assert!(matches!(
             store.claim(req(key)).await.unwrap(),
             ClaimOutcome::Acquired { .. }
@@ -49,6 +49,23 @@ async fn an_operator_lists_reads_and_resolves_an_abandoned_key() {
     );
     assert!(out.contains("abandoned (outcome unknown)"), "{out}");
     assert!(out.contains(r#"{"card":"4242"}"#), "arguments shown: {out}");
+    // Ages are written by humantime and cut to seconds ("age 0s", never "age 0s 103ms").
+    for line in out.lines() {
+        let age = line
+            .split("  age ")
+            .nth(1)
+            .and_then(|rest| rest.split("  args ").next())
+            .unwrap_or_else(|| panic!("no age in {line:?}"));
+        let parsed = humantime::parse_duration(age).unwrap_or_else(|e| panic!("{age:?}: {e}"));
+        assert_eq!(parsed.subsec_nanos(), 0, "{line}");
+    }
+    // `--older-than` keeps only the keys claimed that long ago.
+    let (ok, out, err) = cli(&["pending", "--store", &url, "--older-than", "1h"]);
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "no pending keys older than 1h");
+    let (ok, out, err) = cli(&["pending", "--store", &url, "--older-than", "50ms"]);
+    assert!(ok, "{err}");
+    assert_eq!(out.lines().count(), 3, "{out}");
 
     let (ok, out, err) = cli(&[
         "resolve",
@@ -57,9 +74,37 @@ async fn an_operator_lists_reads_and_resolves_an_abandoned_key() {
         "key-happened",
         "--result",
         r#"{"charge":"ch_1"}"#,
+        "--ttl",
+        "2h",
     ]);
     assert!(ok, "{err}");
     assert!(out.contains("completed"), "{out}");
+    // The old flag and a plain number of seconds still work.
+    let (ok, _, err) = cli(&[
+        "resolve",
+        "--store",
+        &url,
+        "key-old-flag",
+        "--result",
+        "1",
+        "--ttl-secs",
+        "5400",
+    ]);
+    assert!(ok, "{err}");
+    for (key, expires_in) in [
+        ("key-happened", "(in 1h 59m "),
+        ("key-old-flag", "(in 1h 29m "),
+    ] {
+        let (ok, out, err) = cli(&["show", "--store", &url, "--scope", "tenant-7", key]);
+        assert!(ok, "{err}");
+        let expires = out
+            .lines()
+            .find(|l| l.starts_with("  expires   "))
+            .unwrap_or_else(|| panic!("no expiry in {out}"));
+        assert!(expires.contains(expires_in), "{key}: {expires}");
+        let at = expires["  expires   ".len()..].split(' ').next().unwrap();
+        assert!(humantime::parse_rfc3339(at).is_ok(), "RFC 3339: {expires}");
+    }
     let (ok, _, err) = cli(&["resolve", "--store", &url, "key-did-not", "--release"]);
     assert!(ok, "{err}");
     let (ok, out, _) = cli(&["pending", "--store", &url]);
@@ -72,6 +117,11 @@ async fn an_operator_lists_reads_and_resolves_an_abandoned_key() {
         out.contains("claimed") && out.contains("resolved") && out.contains("worker-a"),
         "{out}"
     );
+    // Each event's time in RFC 3339, not milliseconds since the epoch.
+    for event in out.lines().skip(1) {
+        let at = event.split_whitespace().next().unwrap();
+        assert!(humantime::parse_rfc3339(at).is_ok(), "{event}");
+    }
 
     // A completed key is never overwritten by an operator; bad input is refused clearly.
     let (ok, _, err) = cli(&["resolve", "--store", &url, "key-happened", "--release"]);
@@ -83,6 +133,17 @@ async fn an_operator_lists_reads_and_resolves_an_abandoned_key() {
     let (ok, _, err) = cli(&["pending", "--store", "ftp://x"]);
     assert!(!ok);
     assert!(err.contains("unknown store URL"), "{err}");
+    for (ttl, says) in [
+        ("2x", "write a duration such as `90s`"),
+        ("0", "expires at once"),
+        ("99999999999999999999", "more seconds than a duration holds"),
+    ] {
+        let (ok, _, err) = cli(&[
+            "resolve", "--store", &url, "other", "--result", "1", "--ttl", ttl,
+        ]);
+        assert!(!ok, "--ttl {ttl} accepted");
+        assert!(err.contains(says), "--ttl {ttl}: {err}");
+    }
     drop(store);
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
@@ -145,6 +206,12 @@ async fn json_output_parses_and_purge_removes_expired_records() {
         pending[0]["state"].as_str().unwrap().starts_with("running"),
         "{out}"
     );
+    // Times in RFC 3339 beside the numeric age scripts already read.
+    let created = pending[0]["created_at"].as_str().unwrap();
+    let created = humantime::parse_rfc3339(created).unwrap();
+    let expires = humantime::parse_rfc3339(pending[0]["expires_at"].as_str().unwrap()).unwrap();
+    assert!(created < expires, "{out}");
+    assert!(pending[0]["age_secs"].is_u64(), "{out}");
 
     let (ok, out, err) = cli(&["history", "--json", "--store", &url, "key-expiring"]);
     assert!(ok, "{err}");
@@ -155,6 +222,14 @@ async fn json_output_parses_and_purge_removes_expired_records() {
         .map(|e| e["event"].as_str().unwrap())
         .collect();
     assert_eq!(events, ["claimed", "completed"], "{out}");
+    for event in &history[1..] {
+        let at = humantime::parse_rfc3339(event["at"].as_str().unwrap()).unwrap();
+        let ms = at
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis();
+        assert_eq!(event["at_ms"].as_u64().map(u128::from), Some(ms), "{event}");
+    }
 
     let (ok, out, err) = cli(&["purge", "--json", "--store", &url]);
     assert!(ok, "{err}");
@@ -271,7 +346,17 @@ async fn show_prints_an_operation_in_its_scope_and_no_other() {
     let (ok, out, err) = show(&["--scope", "tenant-7", "key-client"]);
     assert!(ok, "{err}");
     assert!(out.contains("state     in_progress"), "{out}");
-    assert!(out.contains("ms left, by the store's clock"), "{out}");
+    // The lease left, by humantime, to the millisecond: under the 30 s it was taken for.
+    let lease = out
+        .lines()
+        .find_map(|l| l.strip_prefix("  lease     "))
+        .and_then(|l| l.strip_suffix(" left, by the store's clock"))
+        .unwrap_or_else(|| panic!("no lease line in {out}"));
+    let left = humantime::parse_duration(lease).unwrap_or_else(|e| panic!("{lease:?}: {e}"));
+    assert!(
+        left > Duration::ZERO && left <= long && left.subsec_nanos().is_multiple_of(1_000_000),
+        "{lease}"
+    );
     let (ok, out, err) = show(&["--scope", "tenant-7", "--scope", "eu", "key-lost"]);
     assert!(ok, "{err}");
     assert!(out.contains("state     unknown"), "{out}");

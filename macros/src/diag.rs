@@ -127,7 +127,11 @@ fn path_to_string(path: &syn::Path) -> String {
                 out.push('>');
             }
             PathArguments::Parenthesized(args) => {
-                let inputs: Vec<String> = args.inputs.iter().map(type_to_string).collect();
+                let inputs: Vec<String> = args
+                    .inputs
+                    .iter()
+                    .map(|arg| type_to_string(&arg.ty))
+                    .collect();
                 out.push('(');
                 out.push_str(&inputs.join(", "));
                 out.push(')');

@@ -236,7 +236,7 @@ fn verify_call(c: &Contract, path: &syn::ExprPath, verdict: &Ident) -> TokenStre
     if let Some(receiver) = c.model.receiver {
         let mut this = Ident::new("self", receiver.self_token.span);
         this.set_span(span);
-        refs.push(by_reference(&this, &receiver.ty, span));
+        refs.push(receiver_by_reference(&this, &receiver.kind, span));
     }
     for param in &c.params {
         refs.push(by_reference(&respanned(param.ident, span), param.ty, span));
@@ -256,6 +256,19 @@ fn by_reference(ident: &Ident, ty: &Type, span: Span) -> TokenStream {
         Type::Reference(r) if r.mutability.is_some() => quote_spanned!(span=> &*#ident),
         Type::Reference(_) => quote_spanned!(span=> #ident),
         _ => quote_spanned!(span=> &#ident),
+    }
+}
+
+/// How `verify` receives the receiver: `&self` as it is, `&mut self`
+/// reborrowed as `&Self`, `self` as `&self`, `self: T` as [`by_reference`] says.
+fn receiver_by_reference(this: &Ident, kind: &syn::ReceiverKind, span: Span) -> TokenStream {
+    match kind {
+        syn::ReceiverKind::Reference(_, _, Some(_)) => quote_spanned!(span=> &*#this),
+        syn::ReceiverKind::Reference(_, _, None) => quote_spanned!(span=> #this),
+        syn::ReceiverKind::Typed(_, ty) => by_reference(this, ty, span),
+        // `self` by value, and any receiver form a later syn adds (`ReceiverKind` is
+        // non-exhaustive): lent by shared reference, as an owned parameter is.
+        _ => quote_spanned!(span=> &#this),
     }
 }
 
@@ -803,6 +816,30 @@ mod tests {
             !text.contains("__tc_reconcile"),
             "methods are not registered"
         );
+    }
+
+    #[test]
+    fn verify_borrows_every_receiver_form_as_a_shared_reference() {
+        for (receiver, passed) in [
+            (quote!(&self), "(self ,"),
+            (quote!(&'a self), "(self ,"),
+            (quote!(&mut self), "(& * self ,"),
+            (quote!(self), "(& self ,"),
+            (quote!(mut self), "(& self ,"),
+            (quote!(self: &Self), "(self ,"),
+            (quote!(self: &mut Self), "(& * self ,"),
+            (quote!(self: Box<Self>), "(& self ,"),
+        ] {
+            let (text, _) = expand(
+                Kind::Mutating,
+                quote! { idempotency_key_fields = [id], verify = Self::done },
+                quote! { async fn pay(#receiver, id: u64) -> Result<u64, E> { Ok(id) } },
+            );
+            assert!(
+                text.contains(&format!("Self :: done {passed} & id) . await")),
+                "receiver `{receiver}` should reach verify as `{passed}`: {text}"
+            );
+        }
     }
 
     #[test]

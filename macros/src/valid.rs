@@ -122,7 +122,7 @@ pub(crate) fn check<'a>(
         ));
     }
     if registered {
-        if let Some(unsafety) = &sig.unsafety {
+        if let syn::Safety::Unsafe(unsafety) = &sig.safety {
             errors.push(syn::Error::new(
                 unsafety.span,
                 "registered tools cannot be `unsafe fn`: the registry calls them with arguments decoded from JSON",

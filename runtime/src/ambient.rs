@@ -213,12 +213,12 @@ pub fn worker_id() -> &'static str {
     static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     ID.get_or_init(|| {
         use std::hash::BuildHasher;
-        let host = std::fs::read_to_string("/etc/hostname")
-            .ok()
-            .map(|h| h.trim().to_owned())
-            .filter(|h| !h.is_empty())
-            .or_else(|| std::env::var("HOSTNAME").ok())
-            .unwrap_or_else(|| "host".to_owned());
+        let host = gethostname::gethostname();
+        let host = host.to_string_lossy();
+        let host = match host.trim() {
+            "" => "host",
+            name => name,
+        };
         let nonce = std::hash::RandomState::new().hash_one(std::time::SystemTime::now());
         format!("{host}-{}-{:08x}", std::process::id(), nonce as u32)
     })
@@ -313,5 +313,23 @@ mod tests {
             Some("acme\u{1f}client:k"),
             Some("acme\u{1f}client:j")
         ));
+    }
+
+    /// The worker id names the machine as the operating system does (`uname -n`, POSIX),
+    /// then this process: an operator reading store history can find the worker.
+    #[cfg(unix)]
+    #[test]
+    fn the_worker_id_starts_with_the_host_name_and_the_pid() {
+        let out = std::process::Command::new("uname")
+            .arg("-n")
+            .output()
+            .expect("uname -n runs on every POSIX system");
+        let host = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        let id = super::worker_id();
+        assert!(
+            id.starts_with(&format!("{host}-{}-", std::process::id())),
+            "worker id {id:?} should start with host {host:?} and pid {}",
+            std::process::id()
+        );
     }
 }
