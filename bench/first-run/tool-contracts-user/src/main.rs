@@ -52,6 +52,9 @@ async fn main() -> Result<(), ShopError> {
         Ok::<_, ShopError>((first, again))
     })
     .await?;
-    println!("first: order {}, again: order {}", first.order_id, again.order_id);
+    println!(
+        "first: order {}, again: order {}",
+        first.order_id, again.order_id
+    );
     Ok(())
 }
