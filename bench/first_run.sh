@@ -139,6 +139,6 @@ case "$mode" in
 esac
 
 echo
-echo "== first run (cold target dirs, downloads not counted; debug profile, as \`cargo run\`)"
+echo "== first run ($([ -n "$reuse" ] && echo "REUSED target dir $reuse" || echo "cold target dirs"), downloads not counted; debug profile, as \`cargo run\`)"
 machine
 printf '%s\n' "${results[@]}"
