@@ -98,6 +98,13 @@ demo() {
   # What an example builds: the package's dependencies and dev-dependencies.
   result "demo flaky_network @ $sha" "$compiled" \
     "$(dep_count "$wt" tool-contracts normal,build,dev)" "$secs"
+  drop "$target"
+}
+
+# A cold target dir goes as soon as it is measured (a few GB each; the disk may be small).
+drop() {
+  [ -z "$reuse" ] && rm -rf "$1"
+  return 0
 }
 
 user() {
@@ -113,6 +120,7 @@ user() {
   # Not timed: the crate must work, or its build time would compare nothing.
   "$bin" | sed "s/^/   $name: /"
   result "$name (default features)" "$compiled" "$(dep_count "$dir" "$name" normal,build)" "$secs"
+  drop "$target"
 }
 
 machine
