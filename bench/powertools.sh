@@ -21,4 +21,4 @@ cd "$here/.."
 quick=()
 for a in "$@"; do [ "$a" = "--quick" ] && quick=(--quick); done
 TOOL_CONTRACTS_POSTGRES_URL= TOOL_CONTRACTS_BENCH_CONCURRENCY=1,16,64 \
-    cargo bench --quiet --features sqlite,redis,postgres --bench fleet_stores -- "${quick[@]}"
+    cargo bench --quiet -p tool-contracts-benches --bench fleet_stores -- "${quick[@]}"

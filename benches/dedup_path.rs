@@ -7,7 +7,8 @@
 //! Async variants run N calls inside one `block_on` (criterion's `iter_custom`), so the
 //! executor's entry cost is not counted per call.
 //!
-//! Run: `cargo bench --bench dedup_path` (add `-- --quick` for a short run).
+//! Run: `cargo bench -p tool-contracts-benches --bench dedup_path` (add `-- --quick` for a
+//! short run).
 
 #[allow(dead_code)]
 #[path = "common/mod.rs"]

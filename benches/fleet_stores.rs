@@ -15,7 +15,7 @@
 //! `TOOL_CONTRACTS_POSTGRES_URL` (e.g. `postgres://postgres@127.0.0.1:5432/test`); without
 //! one, its half prints a loud SKIP line. Keys live under `tcbench:` (Redis) and tables
 //! under `tcbench_` (PostgreSQL); both are removed at the start and the end.
-//! Run: `cargo bench --features redis,postgres --bench fleet_stores` (add `-- --quick`).
+//! Run: `cargo bench -p tool-contracts-benches --bench fleet_stores` (add `-- --quick`).
 
 #[allow(dead_code)]
 #[path = "common/mod.rs"]

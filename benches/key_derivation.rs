@@ -9,7 +9,8 @@
 //! - `floor_sha256`: SHA-256 of the same canonical bytes (already built), no encoding.
 //! - `floor_sha256_hex`: the floor plus the same hex encoding the key needs.
 //!
-//! Run: `cargo bench --bench key_derivation` (add `-- --quick` for a short run).
+//! Run: `cargo bench -p tool-contracts-benches --bench key_derivation` (add `-- --quick` for a
+//! short run).
 
 #[allow(dead_code)]
 #[path = "common/mod.rs"]

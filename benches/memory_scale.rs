@@ -14,8 +14,8 @@
 //! Memory: resident set size (`/proc/self/statm`) before and after filling 1,000,000
 //! records, divided by the count. RSS includes allocator slack: it is what a process pays.
 //!
-//! Run: `cargo bench --bench memory_scale` (`-- --quick` stops at 1,000,000 all the same,
-//! with fewer rounds; under `cargo test` only 1,000 records).
+//! Run: `cargo bench -p tool-contracts-benches --bench memory_scale` (`-- --quick` stops at
+//! 1,000,000 all the same, with fewer rounds; under `cargo test` only 1,000 records).
 
 #[allow(dead_code)]
 #[path = "common/mod.rs"]

@@ -11,7 +11,7 @@
 //!   update it with the result): what a store without group commit could reach at best.
 //!
 //! The files live under `std::env::temp_dir()` (set `TMPDIR` to bench another disk).
-//! Run: `cargo bench --features sqlite --bench sqlite_store` (add `-- --quick`).
+//! Run: `cargo bench -p tool-contracts-benches --bench sqlite_store` (add `-- --quick`).
 
 #[allow(dead_code)]
 #[path = "common/mod.rs"]

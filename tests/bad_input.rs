@@ -351,7 +351,6 @@ async fn a_lone_surrogate_escape_is_refused_by_the_json_parser() {
 /// The same hostile texts as above, as an MCP client would send them: raw lines into the
 /// crate's own MCP server (not serde_json alone). None gets a result, nothing runs or is
 /// claimed, and the session stays usable.
-#[cfg(feature = "mcp")]
 #[tokio::test]
 async fn the_mcp_server_refuses_hostile_raw_input_and_stays_usable() {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};

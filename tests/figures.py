@@ -309,7 +309,9 @@ def check():
 
 def run(fuzz_seconds):
     env = dict(os.environ)
-    cmd = ["cargo", "test", "--all-features"]
+    # The integration tests are the workspace member tool-contracts-tests (tests/Cargo.toml),
+    # which fixes the facade's features itself (every store and `mcp`).
+    cmd = ["cargo", "test", "-p", "tool-contracts-tests"]
     for t in CARGO_TESTS:
         cmd += ["--test", t]
     print("figures: " + " ".join(cmd), flush=True)

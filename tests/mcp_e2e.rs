@@ -10,7 +10,6 @@
 //! - With a real client: `python_sdk_end_to_end` runs `tests/mcp/run.sh` (the official
 //!   Python MCP SDK against `examples/mcp_shop`, over stdio and streamable HTTP) when
 //!   `TOOL_CONTRACTS_MCP_E2E=1`; it skips loudly otherwise, and fails in CI (`CI` set).
-#![cfg(feature = "mcp")]
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -1001,7 +1000,7 @@ fn python_sdk_end_to_end() {
         eprintln!("skipped: set TOOL_CONTRACTS_MCP_E2E=1 to run the real-client MCP test (tests/mcp/run.sh: the Python MCP SDK against examples/mcp_shop over stdio and HTTP)");
         return;
     }
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/run.sh");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/run.sh");
     let status = std::process::Command::new("bash")
         .arg(script)
         .status()

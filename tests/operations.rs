@@ -494,7 +494,6 @@ async fn client_key_calls_are_read_in_the_servers_scope_without_the_key(
 
     // Through the MCP server itself: its `tools/call` with `idempotencyKey`, then a read
     // in the scope the server runs in.
-    #[cfg(feature = "mcp")]
     {
         let server = tool_contracts::mcp::McpServer::new(registry().clone())
             .with_store(Arc::clone(store))

@@ -42,10 +42,12 @@ pub fn record(test: &str, figure: &str, line: &str, values: serde_json::Value) {
         "line": line,
         "values": values,
     });
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/figures.py");
+    // This package's manifest is tests/Cargo.toml: the script sits beside it, and runs
+    // from the workspace root as it always did.
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/figures.py");
     let outcome = Command::new("python3")
         .args([script, "record", "--run", run_id()])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

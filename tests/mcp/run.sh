@@ -33,7 +33,7 @@ fi
 
 echo "== building examples/mcp_shop"
 cd "$root"
-binary="$(cargo build --example mcp_shop --features mcp,sqlite --message-format=json-render-diagnostics \
+binary="$(cargo build -p tool-contracts --example mcp_shop --features mcp,sqlite --message-format=json-render-diagnostics \
   | "$venv/bin/python" -c '
 import json, sys
 for line in sys.stdin:

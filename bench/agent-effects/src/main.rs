@@ -10,7 +10,7 @@
 //!
 //! Rows (calls per second, concurrency 1 and 16, first calls on fresh keys, then replays
 //! of the keys just made): memory stores, PostgreSQL stores (local server, both with their
-//! own default pools), agent-effects' SQLite store (ours: `cargo bench --features sqlite
+//! own default pools), agent-effects' SQLite store (ours: `cargo bench -p tool-contracts-benches
 //! --bench sqlite_store`, which cannot link in this binary: see Cargo.toml).
 //!
 //! Run: `bench/agent-effects.sh [--quick]`. PostgreSQL rows need
