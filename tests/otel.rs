@@ -240,6 +240,12 @@ async fn every_decision_is_counted_timed_and_traced_without_argument_values() {
             .await
             .unwrap_err();
         assert!(matches!(reused, Error::KeyReused { .. }), "{reused}");
+        // Arguments that do not decode: refused by the registry before the engine.
+        let malformed = registry
+            .call("otel_charge", json!({"order_id": "seven", "card": CARD}))
+            .await
+            .unwrap_err();
+        assert!(matches!(malformed, Error::InvalidArguments { .. }), "{malformed}");
 
         // The shipment's outcome is unknown, then reconciled by `verify`.
         let ship = json!({"parcel": 3, "address": ADDRESS});
@@ -285,7 +291,8 @@ async fn every_decision_is_counted_timed_and_traced_without_argument_values() {
         expected(&[
             ("executed", "", 1),
             ("replayed", "", 2),
-            ("rejected", "key_reused", 1)
+            ("rejected", "key_reused", 1),
+            ("rejected", "invalid_arguments", 1)
         ])
     );
     assert_eq!(

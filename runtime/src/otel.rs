@@ -174,7 +174,9 @@ pub(crate) mod imp {
                     other => other.tool().unwrap_or("(unknown)").to_owned().into(),
                 },
             };
+            // Under the engine's target, beside its events.
             let span = tracing::info_span!(
+                target: "tool_contracts_runtime::engine",
                 "execute_tool",
                 otel.name = %format_args!("execute_tool {}", tool.as_str()),
                 gen_ai.operation.name = "execute_tool",
@@ -229,18 +231,43 @@ pub(crate) mod imp {
                 self.span.record(ERROR_TYPE, error);
                 self.span.record("otel.status_code", "ERROR");
             }
-            let tool = KeyValue::new(TOOL_NAME, self.tool.clone());
-            let outcome = KeyValue::new(OUTCOME, decision.as_str());
-            let seconds = self.started.elapsed().as_secs_f64();
-            let instruments = instruments();
-            let record = |attributes: &[KeyValue]| {
-                instruments.calls.add(1, attributes);
-                instruments.call_duration.record(seconds, attributes);
-            };
-            match error {
-                Some(error) => record(&[tool, outcome, KeyValue::new(ERROR_TYPE, error)]),
-                None => record(&[tool, outcome]),
+            record_call(self.tool.clone(), decision, error, self.started);
+        }
+    }
+
+    /// Counts one call in [`CALLS`] and [`CALL_DURATION`].
+    fn record_call(tool: Value, decision: Decision, error: Option<&'static str>, started: Instant) {
+        let seconds = started.elapsed().as_secs_f64();
+        let tool = KeyValue::new(TOOL_NAME, tool);
+        let outcome = KeyValue::new(OUTCOME, decision.as_str());
+        let instruments = instruments();
+        let record = |attributes: &[KeyValue]| {
+            instruments.calls.add(1, attributes);
+            instruments.call_duration.record(seconds, attributes);
+        };
+        match error {
+            Some(error) => record(&[tool, outcome, KeyValue::new(ERROR_TYPE, error)]),
+            None => record(&[tool, outcome]),
+        }
+    }
+
+    /// A registry call of a mutating tool, for the refusals that happen before the engine
+    /// (arguments that do not decode, a missing context value): counted as `rejected`.
+    pub(crate) struct RegistryCall {
+        tool: &'static str,
+        started: Instant,
+    }
+
+    impl RegistryCall {
+        pub(crate) fn start(tool: &'static str) -> Self {
+            Self {
+                tool,
+                started: Instant::now(),
             }
+        }
+
+        pub(crate) fn refused(self, code: &'static str) {
+            record_call(self.tool.into(), Decision::Rejected, Some(code), self.started);
         }
     }
 
@@ -253,6 +280,7 @@ pub(crate) mod imp {
         pub(crate) fn start(run: &str, step: &str) -> Self {
             Self {
                 span: tracing::info_span!(
+                    target: "tool_contracts_runtime::run",
                     "step",
                     otel.name = %format_args!("step {run}/{step}"),
                     tool_contracts.run.name = run,

@@ -37,7 +37,9 @@ impl Decision {
 pub(crate) const TOOL_ERROR: &str = "tool_error";
 
 #[cfg(feature = "otel")]
-pub(crate) use crate::otel::imp::{measured, CallTelemetry, LeaseHeld, StepTelemetry};
+pub(crate) use crate::otel::imp::{
+    measured, CallTelemetry, LeaseHeld, RegistryCall, StepTelemetry,
+};
 
 /// Runs `future` inside `span` (the feature's spans are entered on every poll, so spans
 /// and events inside the future are its children).
@@ -50,7 +52,7 @@ pub(crate) fn instrument<F: Future>(
 }
 
 #[cfg(not(feature = "otel"))]
-pub(crate) use off::{measured, CallTelemetry, LeaseHeld, StepTelemetry};
+pub(crate) use off::{measured, CallTelemetry, LeaseHeld, RegistryCall, StepTelemetry};
 
 /// `future` itself: no span without the feature.
 #[cfg(not(feature = "otel"))]
@@ -105,6 +107,17 @@ mod off {
         pub(crate) fn key(&self, _: &str) {}
         #[inline(always)]
         pub(crate) fn ended(&self, _: Decision, _: Option<&'static str>) {}
+    }
+
+    pub(crate) struct RegistryCall;
+
+    impl RegistryCall {
+        #[inline(always)]
+        pub(crate) fn start(_: &'static str) -> Self {
+            RegistryCall
+        }
+        #[inline(always)]
+        pub(crate) fn refused(self, _: &'static str) {}
     }
 
     pub(crate) struct LeaseHeld;
