@@ -38,7 +38,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Before the first call: tool-contracts takes its instruments from the global
     // provider the first time it needs them.
     let meters = SdkMeterProvider::builder()
-        .with_reader(PeriodicReader::builder(opentelemetry_stdout::MetricExporter::default()).build())
+        .with_reader(
+            PeriodicReader::builder(opentelemetry_stdout::MetricExporter::default()).build(),
+        )
         .build();
     opentelemetry::global::set_meter_provider(meters.clone());
     let tracers = SdkTracerProvider::builder()
@@ -58,13 +60,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let first = registry.call("place_order", order.clone()).await?;
     let retry = registry.call("place_order", order).await?;
     let reused = registry
-        .call("place_order", json!({"order_id": 42, "card": "another card"}))
+        .call(
+            "place_order",
+            json!({"order_id": 42, "card": "another card"}),
+        )
         .await;
     eprintln!(
         "calls: {} then {}, then another card: {}",
         first.outcome,
         retry.outcome,
-        reused.err().map_or("accepted".to_owned(), |e| e.code().to_owned()),
+        reused
+            .err()
+            .map_or("accepted".to_owned(), |e| e.code().to_owned()),
     );
 
     // Export what is left and stop: spans as they end, metrics now.

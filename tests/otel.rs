@@ -245,7 +245,10 @@ async fn every_decision_is_counted_timed_and_traced_without_argument_values() {
             .call("otel_charge", json!({"order_id": "seven", "card": CARD}))
             .await
             .unwrap_err();
-        assert!(matches!(malformed, Error::InvalidArguments { .. }), "{malformed}");
+        assert!(
+            matches!(malformed, Error::InvalidArguments { .. }),
+            "{malformed}"
+        );
 
         // The shipment's outcome is unknown, then reconciled by `verify`.
         let ship = json!({"parcel": 3, "address": ADDRESS});

@@ -267,7 +267,12 @@ pub(crate) mod imp {
         }
 
         pub(crate) fn refused(self, code: &'static str) {
-            record_call(self.tool.into(), Decision::Rejected, Some(code), self.started);
+            record_call(
+                self.tool.into(),
+                Decision::Rejected,
+                Some(code),
+                self.started,
+            );
         }
     }
 
