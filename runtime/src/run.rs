@@ -468,13 +468,13 @@ impl Run {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        // The crate's own refusal, before or instead of the body: counted, then returned.
-        let refused = |decision: Decision, e: Error| -> E {
+        // The crate's own error ends the step: on its span (feature `otel`), then returned.
+        let failed = |decision: Decision, e: Error| -> E {
             telemetry.ended(decision, Some(e.code()));
             E::from(e)
         };
         if !self.shared.owner {
-            return Err(refused(Decision::Rejected, self.not_owned()));
+            return Err(failed(Decision::Rejected, self.not_owned()));
         }
         let ordinal = {
             let mut cursor = self.shared.cursor.lock().unwrap_or_else(|p| p.into_inner());
@@ -486,12 +486,12 @@ impl Run {
         let step_key = self
             .shared
             .step_key(name, ordinal)
-            .map_err(|e| refused(Decision::Rejected, e))?;
+            .map_err(|e| failed(Decision::Rejected, e))?;
         telemetry.key(&step_key);
         self.shared
             .journal(EntryKind::Step, name, &step_key)
             .await
-            .map_err(|e| refused(Decision::Rejected, e))?;
+            .map_err(|e| failed(Decision::Rejected, e))?;
         let label = format!("{}/{name}", self.shared.name);
         let req = ClaimRequest {
             key: &step_key,
@@ -512,12 +512,12 @@ impl Run {
         };
         let acquired = lease::acquire(&self.shared.store, req, policy)
             .await
-            .map_err(|e| refused(Decision::Rejected, store_error(&label, &step_key, e)))?;
+            .map_err(|e| failed(Decision::Rejected, store_error(&label, &step_key, e)))?;
         let lease = match acquired {
             Acquired::Held(lease) => lease,
             Acquired::Completed(record) => {
                 let RecordState::Completed { result, .. } = &record.state else {
-                    return Err(refused(Decision::Rejected, unexpected(&label, &step_key)));
+                    return Err(failed(Decision::Rejected, unexpected(&label, &step_key)));
                 };
                 tracing::debug!(run = %self.shared.name, step = name, key = %step_key, decision = "replayed", "tool-contracts: step replayed from the journal");
                 return match serde_json::from_str(result) {
@@ -525,7 +525,7 @@ impl Run {
                         telemetry.ended(Decision::Replayed, None);
                         Ok(value)
                     }
-                    Err(e) => Err(refused(Decision::Replayed, Error::Codec {
+                    Err(e) => Err(failed(Decision::Replayed, Error::Codec {
                         tool: label.clone(),
                         key: Some(step_key.clone()),
                         message: format!("the step's recorded result no longer decodes ({e}); bump the run's version"),
@@ -533,7 +533,7 @@ impl Run {
                 };
             }
             Acquired::Abandoned => {
-                return Err(refused(
+                return Err(failed(
                     Decision::Unknown,
                     Error::OutcomeUnknown {
                         tool: label,
@@ -542,7 +542,7 @@ impl Run {
                 ))
             }
             Acquired::Busy { .. } | Acquired::Mismatch { .. } => {
-                return Err(refused(Decision::Rejected, unexpected(&label, &step_key)))
+                return Err(failed(Decision::Rejected, unexpected(&label, &step_key)))
             }
         };
         // Tool calls inside a step are not journaled one by one: the step's result is.
@@ -557,7 +557,7 @@ impl Run {
                 }
                 Err(e) => {
                     let _ = lease.abandon().await;
-                    return Err(refused(
+                    return Err(failed(
                         Decision::Unknown,
                         Error::Codec {
                             tool: label,
