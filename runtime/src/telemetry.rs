@@ -1,5 +1,5 @@
-//! What the engine, the lease layer and runs tell OpenTelemetry: one interface, two
-//! implementations. With the `otel` feature it is [`crate::otel`]'s; without it every type
+//! What the engine, the lease layer, runs and the registry tell OpenTelemetry: one interface, two
+//! implementations. With the `otel` feature it is `crate::otel`'s; without it every type
 //! here is zero-sized and every method an empty inline function, so the instrumented code
 //! compiles to what it was before (no clock read, no allocation, no span).
 
