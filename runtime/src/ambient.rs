@@ -94,7 +94,8 @@ pub fn max_argument_bytes() -> usize {
 /// Installs the store every call in this process uses, unless a task installed its own
 /// with [`with_store`]. Replaces any store installed before.
 pub fn set_default_store<S: Store>(store: S) {
-    let store: Arc<dyn Store> = Arc::new(store);
+    // With the `otel` feature, wrapped to time every store operation; else just boxed.
+    let store = crate::telemetry::measured(store);
     let mut slot = DEFAULT_STORE
         .write()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -104,7 +105,7 @@ pub fn set_default_store<S: Store>(store: S) {
 /// Runs `future` with `store` as the store of every call made inside it (and inside the
 /// futures it awaits; not inside tasks it spawns). Tests use this to isolate themselves.
 pub async fn with_store<S: Store, F: Future>(store: S, future: F) -> F::Output {
-    let store: Arc<dyn Store> = Arc::new(store);
+    let store = crate::telemetry::measured(store);
     STORE.scope(store, future).await
 }
 
@@ -174,7 +175,7 @@ pub(crate) fn current_store() -> Arc<dyn Store> {
     let mut slot = DEFAULT_STORE
         .write()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let store = slot.get_or_insert_with(|| Arc::new(MemoryStore::new()) as Arc<dyn Store>);
+    let store = slot.get_or_insert_with(|| crate::telemetry::measured(MemoryStore::new()));
     FALLBACK_WARNING.call_once(|| {
         tracing::warn!(
             "tool-contracts: no store installed; using a process-local MemoryStore, which forgets every key when the process exits. Call `tool_contracts::set_default_store` with a durable store in production."

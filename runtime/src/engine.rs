@@ -15,6 +15,7 @@ use crate::lease::{self, Acquired, Lease, OnBusy, Policy};
 use crate::registry::Outcome;
 use crate::spec::{Concurrent, Mismatch, OnUnknown, ToolSpec};
 use crate::store::{ClaimRequest, Record, RecordState, Store, StoreError};
+use crate::telemetry::{self, CallTelemetry, Decision};
 
 /// One call, ready to run: its key and what identifies its arguments.
 #[doc(hidden)]
@@ -490,22 +491,50 @@ async fn run<T, E, F>(
 where
     F: Future<Output = Attempt<T, E>>,
 {
+    // Feature `otel`: the call's span, entered around everything below, and on drop its
+    // count and duration. Without it, zero-sized and free.
+    let mut telemetry = CallTelemetry::start(call.as_ref().map(|call| call.spec.name));
+    let span = telemetry.span();
+    telemetry::instrument(
+        span,
+        decide(call, ops, attempt, unknown_if, has_verify, &mut telemetry),
+    )
+    .await
+}
+
+async fn decide<T, E, F>(
+    call: Result<Call, Error>,
+    ops: Ops<T, E>,
+    attempt: F,
+    unknown_if: Option<fn(&E) -> bool>,
+    has_verify: bool,
+    telemetry: &mut CallTelemetry,
+) -> Result<T, E>
+where
+    F: Future<Output = Attempt<T, E>>,
+{
     // On the heap: a body may call tools itself, and without the box each level's future
     // would hold the whole nested state inline more than once (the futures of nested
     // calls and steps overflowed a 2 MiB thread's stack). One allocation per call.
     let attempt = Box::pin(attempt);
     let slot = take_report();
-    let fail = |e: Error| -> E {
+    let fail = |telemetry: &mut CallTelemetry, e: Error| -> E {
+        telemetry.error(e.code());
         report(&slot, |r| r.error = Some(e.clone()));
         (ops.contract_error)(e)
     };
     let call = match call {
         Ok(call) => call,
-        Err(e) => return Err(fail(e)),
+        Err(e) => {
+            telemetry.decided(Decision::Rejected);
+            return Err(fail(telemetry, e));
+        }
     };
+    telemetry.key(&call.key);
     report(&slot, |r| r.key = Some(call.key.clone()));
     if let Err(e) = ambient::journal_call(call.spec.name, &call.key).await {
-        return Err(fail(e));
+        telemetry.decided(Decision::Rejected);
+        return Err(fail(telemetry, e));
     }
     let spec = call.spec;
     let store = ambient::current_store();
@@ -514,13 +543,24 @@ where
         Err(Settled::Replay(record)) => {
             tracing::debug!(tool = spec.name, key = %call.key, decision = "replayed", "tool-contracts: replayed stored result");
             report(&slot, |r| r.outcome = Some(Outcome::Replayed));
+            telemetry.decided(Decision::Replayed);
             return replay(&call, &ops, &record).map_err(|e| match e {
-                Replayed::Contract(e) => fail(e),
-                Replayed::Tool(e) => e,
+                Replayed::Contract(e) => fail(telemetry, e),
+                Replayed::Tool(e) => {
+                    telemetry.error(telemetry::TOOL_ERROR);
+                    e
+                }
             });
         }
-        Err(Settled::Refused(e)) => return Err(fail(e)),
+        Err(Settled::Refused(e)) => {
+            telemetry.decided(match e {
+                Error::OutcomeUnknown { .. } => Decision::Unknown,
+                _ => Decision::Rejected,
+            });
+            return Err(fail(telemetry, e));
+        }
     };
+    telemetry.running();
     // Taken over with a `verify`: the attempt verifies before (maybe) running the body.
     let reconcile = lease.taken_over() && has_verify;
     tracing::debug!(tool = spec.name, key = %call.key, decision = "executed", "tool-contracts: running tool body");
@@ -531,15 +571,19 @@ where
     let result = match lease.heartbeat(attempt).await {
         Attempt::Ran(result) => {
             report(&slot, |r| r.outcome = Some(Outcome::Executed));
+            telemetry.decided(Decision::Executed);
             result
         }
         Attempt::Verified(value) => {
             tracing::info!(tool = spec.name, key = %call.key, decision = "reconciled", "tool-contracts: verify found the effect of the abandoned call");
             report(&slot, |r| r.outcome = Some(Outcome::Reconciled));
+            telemetry.decided(Decision::Reconciled);
             Ok(value)
         }
         Attempt::VerifyFailed(e) => {
             tracing::warn!(tool = spec.name, key = %call.key, decision = "rejected", reason = "verify_failed", "tool-contracts: verify failed; the outcome stays unknown");
+            telemetry.decided(Decision::Unknown);
+            telemetry.error(telemetry::TOOL_ERROR);
             abandoned(&call, lease.abandon().await);
             return Err(e);
         }
@@ -556,21 +600,27 @@ where
                     key: Some(call.key.clone()),
                     message: format!("the result cannot be stored as JSON ({e}); the key is left as an unknown outcome"),
                 };
-                return Err(fail(e));
+                telemetry.decided(Decision::Unknown);
+                return Err(fail(telemetry, e));
             }
         },
         Err(e) if unknown_if.is_some_and(|unknown| unknown(e)) => {
             tracing::warn!(tool = spec.name, key = %call.key, decision = "abandoned", "tool-contracts: the tool's error leaves the outcome unknown; keeping the key for reconciliation");
+            telemetry.decided(Decision::Unknown);
+            telemetry.error(telemetry::TOOL_ERROR);
             abandoned(&call, lease.abandon().await);
         }
-        Err(e) => match ops.stored_errors.map(|codec| codec.encode(e)) {
-            Some(Ok(json)) => recorded(&call, true, lease.complete(&json, true).await),
-            Some(Err(err)) => {
-                tracing::error!(tool = spec.name, key = %call.key, error = %err, "tool-contracts: cannot store the tool's error; releasing the claim");
-                recorded(&call, false, lease.release().await);
+        Err(e) => {
+            telemetry.error(telemetry::TOOL_ERROR);
+            match ops.stored_errors.map(|codec| codec.encode(e)) {
+                Some(Ok(json)) => recorded(&call, true, lease.complete(&json, true).await),
+                Some(Err(err)) => {
+                    tracing::error!(tool = spec.name, key = %call.key, error = %err, "tool-contracts: cannot store the tool's error; releasing the claim");
+                    recorded(&call, false, lease.release().await);
+                }
+                None => recorded(&call, false, lease.release().await),
             }
-            None => recorded(&call, false, lease.release().await),
-        },
+        }
     }
     result
 }

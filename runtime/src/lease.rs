@@ -13,6 +13,7 @@ use core::time::Duration;
 use std::sync::Arc;
 
 use crate::store::{ClaimOutcome, ClaimRequest, Completion, Record, Store, StoreError};
+use crate::telemetry::LeaseHeld;
 
 /// What a caller does when another live worker holds the key.
 #[derive(Debug, Clone, Copy)]
@@ -89,6 +90,7 @@ pub(crate) async fn acquire(
                     lease: req.lease,
                     ttl: req.ttl,
                     taken_over,
+                    _held: LeaseHeld::new(req.tool),
                 }))
             }
             ClaimOutcome::Completed(record) => {
@@ -170,6 +172,9 @@ pub(crate) struct Lease {
     lease: Duration,
     ttl: Duration,
     taken_over: bool,
+    /// Counts this lease as held (`tool_contracts.leases.held`, feature `otel`) until it
+    /// is ended or dropped; zero-sized without the feature.
+    _held: LeaseHeld,
 }
 
 impl Lease {
@@ -265,6 +270,8 @@ impl Lease {
             store: Arc::clone(&self.store),
             key: self.key.clone(),
             tool: self.tool.clone(),
+            // The heartbeat's copy renews this lease; it is not a lease of its own.
+            _held: LeaseHeld::none(),
             ..*self
         };
         let task = runtime.spawn(async move {

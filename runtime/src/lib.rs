@@ -42,6 +42,8 @@ mod lease;
 pub mod mcp;
 mod members;
 mod operation;
+#[cfg(feature = "otel")]
+pub mod otel;
 mod recovery;
 mod registry;
 mod run;
@@ -49,6 +51,7 @@ mod secret;
 pub use secret::Secret;
 mod spec;
 pub mod store;
+mod telemetry;
 
 #[doc(hidden)]
 pub mod __private;

@@ -404,10 +404,16 @@ impl Registry {
                 outcome: Outcome::Executed,
             });
         }
+        let telemetry = crate::telemetry::RegistryCall::start(tool.name());
         let slot = Arc::new(Mutex::new(CallReport::default()));
         let result =
             engine::with_report(Arc::clone(&slot), (tool.invoke)(&self.context, args)).await;
         let report = core::mem::take(&mut *slot.lock().unwrap_or_else(|p| p.into_inner()));
+        // The engine reports a key or an error for every call it sees: neither means the
+        // call was refused before it (arguments that do not decode, a missing context).
+        if let (Err(e), None, None) = (&result, &report.key, &report.error) {
+            telemetry.refused(e.code());
+        }
         let key = report.key;
         match (result, report.error) {
             (Ok(value), _) => Ok(ToolOutput {

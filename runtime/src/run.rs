@@ -29,6 +29,7 @@ use crate::key::KeyBuilder;
 use crate::lease::{self, Acquired, KeepAlive, Lease, OnBusy, Policy};
 use crate::spec::OnUnknown;
 use crate::store::{ClaimRequest, Record, RecordState, Store, StoreError};
+use crate::telemetry::{self, Decision, StepTelemetry};
 
 /// Contract string of run keys.
 pub const RUN_KEY_CONTRACT: &str = "tool-contracts/run/v1";
@@ -449,8 +450,31 @@ impl Run {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
+        // Feature `otel`: the step's span, entered around the step; zero-sized without it.
+        let telemetry = StepTelemetry::start(&self.shared.name, name);
+        telemetry::instrument(telemetry.span(), self.step_in(name, options, f, &telemetry)).await
+    }
+
+    async fn step_in<T, E, F, Fut>(
+        &self,
+        name: &str,
+        options: StepOptions,
+        f: F,
+        telemetry: &StepTelemetry,
+    ) -> Result<T, E>
+    where
+        T: Serialize + DeserializeOwned,
+        E: From<Error>,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        // The crate's own error ends the step: on its span (feature `otel`), then returned.
+        let failed = |decision: Decision, e: Error| -> E {
+            telemetry.ended(decision, Some(e.code()));
+            E::from(e)
+        };
         if !self.shared.owner {
-            return Err(E::from(self.not_owned()));
+            return Err(failed(Decision::Rejected, self.not_owned()));
         }
         let ordinal = {
             let mut cursor = self.shared.cursor.lock().unwrap_or_else(|p| p.into_inner());
@@ -459,11 +483,15 @@ impl Run {
             *ordinal += 1;
             current
         };
-        let step_key = self.shared.step_key(name, ordinal).map_err(E::from)?;
+        let step_key = self
+            .shared
+            .step_key(name, ordinal)
+            .map_err(|e| failed(Decision::Rejected, e))?;
+        telemetry.key(&step_key);
         self.shared
             .journal(EntryKind::Step, name, &step_key)
             .await
-            .map_err(E::from)?;
+            .map_err(|e| failed(Decision::Rejected, e))?;
         let label = format!("{}/{name}", self.shared.name);
         let req = ClaimRequest {
             key: &step_key,
@@ -484,30 +512,37 @@ impl Run {
         };
         let acquired = lease::acquire(&self.shared.store, req, policy)
             .await
-            .map_err(|e| E::from(store_error(&label, &step_key, e)))?;
+            .map_err(|e| failed(Decision::Rejected, store_error(&label, &step_key, e)))?;
         let lease = match acquired {
             Acquired::Held(lease) => lease,
             Acquired::Completed(record) => {
                 let RecordState::Completed { result, .. } = &record.state else {
-                    return Err(E::from(unexpected(&label, &step_key)));
+                    return Err(failed(Decision::Rejected, unexpected(&label, &step_key)));
                 };
                 tracing::debug!(run = %self.shared.name, step = name, key = %step_key, decision = "replayed", "tool-contracts: step replayed from the journal");
-                return serde_json::from_str(result).map_err(|e| {
-                    E::from(Error::Codec {
+                return match serde_json::from_str(result) {
+                    Ok(value) => {
+                        telemetry.ended(Decision::Replayed, None);
+                        Ok(value)
+                    }
+                    Err(e) => Err(failed(Decision::Replayed, Error::Codec {
                         tool: label.clone(),
                         key: Some(step_key.clone()),
                         message: format!("the step's recorded result no longer decodes ({e}); bump the run's version"),
-                    })
-                });
+                    })),
+                };
             }
             Acquired::Abandoned => {
-                return Err(E::from(Error::OutcomeUnknown {
-                    tool: label,
-                    key: step_key,
-                }))
+                return Err(failed(
+                    Decision::Unknown,
+                    Error::OutcomeUnknown {
+                        tool: label,
+                        key: step_key,
+                    },
+                ))
             }
             Acquired::Busy { .. } | Acquired::Mismatch { .. } => {
-                return Err(E::from(unexpected(&label, &step_key)))
+                return Err(failed(Decision::Rejected, unexpected(&label, &step_key)))
             }
         };
         // Tool calls inside a step are not journaled one by one: the step's result is.
@@ -516,17 +551,26 @@ impl Run {
         let result = lease.heartbeat(body).await;
         let recorded = match &result {
             Ok(value) => match serde_json::to_string(value) {
-                Ok(json) => lease.complete(&json, false).await,
+                Ok(json) => {
+                    telemetry.ended(Decision::Executed, None);
+                    lease.complete(&json, false).await
+                }
                 Err(e) => {
                     let _ = lease.abandon().await;
-                    return Err(E::from(Error::Codec {
-                        tool: label,
-                        key: Some(step_key),
-                        message: format!("the step's result cannot be stored as JSON: {e}"),
-                    }));
+                    return Err(failed(
+                        Decision::Unknown,
+                        Error::Codec {
+                            tool: label,
+                            key: Some(step_key),
+                            message: format!("the step's result cannot be stored as JSON: {e}"),
+                        },
+                    ));
                 }
             },
-            Err(_) => lease.release().await,
+            Err(_) => {
+                telemetry.ended(Decision::Executed, Some(telemetry::TOOL_ERROR));
+                lease.release().await
+            }
         };
         if let Err(e) = recorded {
             tracing::error!(run = %self.shared.name, step = name, key = %step_key, error = %e, "tool-contracts: could not record the step's outcome");

@@ -124,6 +124,10 @@ impl<D: Delegate> Store for Wrapped<D> {
         self.check(Op::Observe)?;
         self.0.observe(key).await
     }
+    /// The wrapped store's name, so `otel` figures label a faulty store by its backend.
+    fn backend(&self) -> &'static str {
+        self.0.inner().backend()
+    }
     async fn pending(&self, limit: usize) -> StoreResult<Vec<Record>> {
         self.check(Op::Pending)?;
         self.0.inner().pending(limit).await

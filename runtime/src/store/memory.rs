@@ -382,6 +382,10 @@ impl Entry {
 
 #[async_trait::async_trait]
 impl Store for MemoryStore {
+    fn backend(&self) -> &'static str {
+        "memory"
+    }
+
     async fn claim(&self, req: ClaimRequest<'_>) -> StoreResult<ClaimOutcome> {
         let now = Instant::now();
         let (hash, mut guard) = self.shard(req.key);

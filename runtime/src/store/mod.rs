@@ -454,6 +454,14 @@ pub trait Store: Send + Sync + 'static {
     async fn wait(&self, _key: &str, timeout: Duration) {
         tokio::time::sleep(timeout.min(Duration::from_millis(20))).await;
     }
+
+    /// A short, stable name of the backend, for operators and metrics (the
+    /// `tool_contracts.store.backend` attribute with the `otel` feature): `memory`, `sqlite`,
+    /// `redis`, `postgresql`. The default, `custom`, suits a store of your own; a store
+    /// that wraps another should return the inner store's.
+    fn backend(&self) -> &'static str {
+        "custom"
+    }
 }
 
 #[async_trait::async_trait]
@@ -496,6 +504,9 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     }
     async fn wait(&self, key: &str, timeout: Duration) {
         (**self).wait(key, timeout).await
+    }
+    fn backend(&self) -> &'static str {
+        (**self).backend()
     }
 }
 

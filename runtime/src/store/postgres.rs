@@ -1105,6 +1105,10 @@ fn record(row: &Row) -> StoreResult<Record> {
 
 #[async_trait::async_trait]
 impl Store for PostgresStore {
+    fn backend(&self) -> &'static str {
+        "postgresql"
+    }
+
     async fn claim(&self, req: ClaimRequest<'_>) -> StoreResult<ClaimOutcome> {
         let outcome = self.claim_or_takeover(req, None).await;
         // The tables grow only by claims: purge what expired, once per interval, beside us.

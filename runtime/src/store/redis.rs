@@ -729,6 +729,10 @@ impl RedisStore {
 
 #[async_trait::async_trait]
 impl Store for RedisStore {
+    fn backend(&self) -> &'static str {
+        "redis"
+    }
+
     async fn claim(&self, req: ClaimRequest<'_>) -> StoreResult<ClaimOutcome> {
         self.claim_like(&req, None).await
     }

@@ -974,6 +974,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 #[async_trait::async_trait]
 impl Store for SqliteStore {
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+
     async fn claim(&self, req: ClaimRequest<'_>) -> StoreResult<ClaimOutcome> {
         // A replay or a duplicate of a running call changes nothing: answer it from a
         // reader, in parallel with other readers, without taking the write lock.
