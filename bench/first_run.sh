@@ -52,19 +52,21 @@ target_for() {
   if [ -n "$reuse" ]; then echo "$reuse"; else echo "$tmp/target-$1"; fi
 }
 
-# Times `cargo ARGS...` in DIR with CARGO_TARGET_DIR=TARGET; prints "SECONDS COMPILED".
+# Times `cargo ARGS...` in DIR with CARGO_TARGET_DIR=TARGET; prints "WALL CPU COMPILED"
+# (CPU = user + system seconds of cargo and every rustc it ran: less sensitive than the wall
+# clock to other work on the machine, so the figure to compare when the load is not ~0).
 timed_cargo() {
   local dir="$1" target="$2" log="$3"
   shift 3
-  local t0 t1
-  t0="$(date +%s.%N)"
-  if ! (cd "$dir" && CARGO_TARGET_DIR="$target" CARGO_TERM_COLOR=never cargo "$@") >"$log" 2>&1; then
+  local times="$log.times" TIMEFORMAT="%R %U %S" status=0
+  { time (cd "$dir" && CARGO_TARGET_DIR="$target" CARGO_TERM_COLOR=never cargo "$@" >"$log" 2>&1) ; } 2>"$times" || status=$?
+  if [ "$status" -ne 0 ]; then
     echo "first_run: \`cargo $*\` failed in $dir; its output:" >&2
     cat "$log" >&2
     exit 1
   fi
-  t1="$(date +%s.%N)"
-  echo "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') $(grep -c '^ *Compiling ' "$log" || true)"
+  awk '{ printf "%.1f %.1f", $1, $2 + $3 }' "$times"
+  echo " $(grep -c '^ *Compiling ' "$log" || true)"
 }
 
 # Unique packages in `cargo tree -e EDGES` of DIR's package SPEC, SPEC itself left out.
@@ -76,14 +78,14 @@ dep_count() {
 
 result() {
   local line
-  line="$(printf '%-48s %6s crates compiled %5s dependencies %8s s' "$1" "$2" "$3" "$4")"
+  line="$(printf '%-48s %6s crates compiled %5s dependencies %8s s wall %8s s CPU' "$1" "$2" "$3" "$4" "$5")"
   [ -n "$reuse" ] && line="$line   NOT COLD (FIRST_RUN_TARGET_DIR)"
   results+=("$line")
   echo "$line"
 }
 
 demo() {
-  local rev="$1" sha wt target log out secs compiled
+  local rev="$1" sha wt target log out secs cpu compiled
   sha="$(git -C "$root" rev-parse --short=12 "$rev^{commit}")"
   wt="$tmp/src-$sha"
   git -C "$root" worktree add --detach --quiet "$wt" "$sha"
@@ -94,10 +96,10 @@ demo() {
   log="$tmp/demo-$sha.log"
   echo "== demo at $rev ($sha): cargo run --example flaky_network"
   out="$(timed_cargo "$wt" "$target" "$log" run --example flaky_network)"
-  read -r secs compiled <<<"$out"
+  read -r secs cpu compiled <<<"$out"
   # What an example builds: the package's dependencies and dev-dependencies.
   result "demo flaky_network @ $sha" "$compiled" \
-    "$(dep_count "$wt" tool-contracts normal,build,dev)" "$secs"
+    "$(dep_count "$wt" tool-contracts normal,build,dev)" "$secs" "$cpu"
   drop "$target"
 }
 
@@ -108,18 +110,18 @@ drop() {
 }
 
 user() {
-  local name="$1" dir="$here/first-run/$1" target log bin out secs compiled
+  local name="$1" dir="$here/first-run/$1" target log bin out secs cpu compiled
   echo "== $name: cargo fetch (not timed)"
   (cd "$dir" && cargo fetch --quiet)
   target="$(target_for "$name")"
   log="$tmp/$name.log"
   echo "== $name: cargo build"
   out="$(timed_cargo "$dir" "$target" "$log" build)"
-  read -r secs compiled <<<"$out"
+  read -r secs cpu compiled <<<"$out"
   bin="$target/debug/$name"
   # Not timed: the crate must work, or its build time would compare nothing.
   "$bin" | sed "s/^/   $name: /"
-  result "$name (default features)" "$compiled" "$(dep_count "$dir" "$name" normal,build)" "$secs"
+  result "$name (default features)" "$compiled" "$(dep_count "$dir" "$name" normal,build)" "$secs" "$cpu"
   drop "$target"
 }
 
