@@ -1,7 +1,8 @@
 //! What the server answers: rmcp's [`ServerHandler`] for [`McpServer`], `tools/list` (the
 //! published tools and their output shapes), `tools/call` (the dedup engine's result as a
 //! `CallToolResult` with its `_meta`), the client's own intent key, malformed `tools/call`
-//! params (`-32602`), and progress notifications while a call runs.
+//! params (`-32602`), and progress notifications while a call runs. A task-augmented call
+//! and the `tasks/*` methods are answered by `tasks.rs`.
 
 use std::future::Future;
 use std::pin::Pin;
