@@ -14,6 +14,10 @@
 //!
 //! `MCP_SHOP_CHARGE_DELAY_MS` makes `charge_card` sleep that long *after* charging, so a
 //! test can kill the server between the effect and the stored result.
+//!
+//! `create_order` and `charge_card` take MCP tasks (`task = "optional"`): a client that
+//! declares the tasks extension gets a task whose id is the call's key, and polls
+//! `tasks/get` for the result (docs/mcp.md, "Tasks").
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -170,7 +174,7 @@ fn decode<T: serde::de::DeserializeOwned>(entry: &Value) -> Result<T, ShopError>
 
 /// Place an order for the user's cart. Safe to retry: the same user and cart id give the
 /// same order. `note` is free text for the packer.
-#[mutating_tool(idempotency_key_fields = [user_id, cart.id])]
+#[mutating_tool(idempotency_key_fields = [user_id, cart.id], task = "optional")]
 pub async fn create_order(user_id: u64, cart: Cart, note: String) -> Result<Order, ShopError> {
     let _ = note;
     if cart.items.is_empty() {
@@ -198,7 +202,8 @@ pub async fn create_order(user_id: u64, cart: Cart, note: String) -> Result<Orde
     idempotency_key_fields = [order_id],
     verify = find_charge,
     lease = "2s",
-    open_world
+    open_world,
+    task = "optional"
 )]
 pub async fn charge_card(
     order_id: u64,

@@ -274,6 +274,7 @@ async fn tools_list_publishes_schemas_annotations_and_the_idempotency_contract()
         "payloadMismatch",
         "onUnknown",
         "verify",
+        "task",
     ] {
         assert!(!contract[field].is_null(), "no `{field}` in {contract}");
     }

@@ -113,6 +113,11 @@ const OPTIONS: &[OptionSpec] = &[
         shape: Shape::FnPath("is_timeout"),
         read_only: false,
     },
+    OptionSpec {
+        name: "task",
+        shape: Shape::Str("\"optional\""),
+        read_only: false,
+    },
 ];
 
 /// The options an attribute takes, in the order messages list them.
@@ -197,6 +202,8 @@ pub(crate) struct Args {
     pub verify: Option<Opt<syn::ExprPath>>,
     /// `unknown_outcome_if = path::to::fn`.
     pub unknown_outcome_if: Option<Opt<syn::ExprPath>>,
+    /// `task = "optional"`: MCP calls may become tasks.
+    pub task: Option<Opt<LitStr>>,
 }
 
 /// Parses the attribute's tokens. Never fails outright: syntax errors are
@@ -301,6 +308,7 @@ impl Args {
             ("unknown_outcome_if", Value::FnPath(v)) => {
                 store(&mut self.unknown_outcome_if, kw, v, errors)
             }
+            ("task", Value::Str(v)) => store(&mut self.task, kw, v, errors),
             // The table and this match disagree: a bug here, reported, never a panic.
             (name, _) => errors.push(syn::Error::new(
                 kw.span(),

@@ -395,6 +395,7 @@ fn spec_static(c: &Contract, n: &Names) -> TokenStream {
     let concurrent = format_ident!("{}", c.concurrent);
     let payload_mismatch = format_ident!("{}", c.payload_mismatch);
     let on_unknown = format_ident!("{}", c.on_unknown);
+    let task = format_ident!("{}", c.task);
     let cache_errors = c.cache_errors;
     let destructive = c.destructive;
     let open_world = c.open_world;
@@ -415,6 +416,7 @@ fn spec_static(c: &Contract, n: &Names) -> TokenStream {
             cache_errors: #cache_errors,
             destructive: #destructive,
             open_world: #open_world,
+            task: ::tool_contracts::__private::TaskSupport::#task,
             location: ::tool_contracts::__private::SourceLocation {
                 module_path: ::core::module_path!(),
                 file: ::core::file!(),

@@ -35,6 +35,7 @@
 //! | `open_world` | flag, or `= true` / `= false` | `false` |
 //! | `verify` | path to an `async fn` that says whether an abandoned call's effect happened | none |
 //! | `unknown_outcome_if` | path to a `fn(&E) -> bool` naming errors that leave the outcome unknown | none |
+//! | `task` | `"forbidden"`, `"optional"` or `"required"`: whether an MCP call becomes a task (SEP-2663) named by its key | `"forbidden"` |
 //!
 //! Unknown and duplicate options are errors.
 //!

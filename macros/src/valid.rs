@@ -53,6 +53,8 @@ pub(crate) struct Contract<'a> {
     pub concurrent: &'static str,
     pub payload_mismatch: &'static str,
     pub on_unknown: &'static str,
+    /// Variant of the runtime's `TaskSupport`.
+    pub task: &'static str,
     pub cache_errors: bool,
     pub destructive: bool,
     pub open_world: bool,
@@ -178,6 +180,15 @@ pub(crate) fn check<'a>(
         &[("fail", "Fail"), ("rerun", "Rerun")],
         errors,
     );
+    let task = choice(
+        &args.task,
+        &[
+            ("forbidden", "Forbidden"),
+            ("optional", "Optional"),
+            ("required", "Required"),
+        ],
+        errors,
+    );
     let flag = |opt: &Option<Opt<Flag>>| opt.as_ref().is_some_and(|o| o.value.value);
 
     check_generics(model, errors);
@@ -217,6 +228,7 @@ pub(crate) fn check<'a>(
         concurrent,
         payload_mismatch,
         on_unknown,
+        task,
         cache_errors: flag(&args.cache_errors),
         destructive: flag(&args.destructive),
         open_world: flag(&args.open_world),
@@ -254,6 +266,7 @@ fn check_options_apply(kind: Kind, args: &Args, errors: &mut Errors) {
         args.destructive.as_ref().map(|o| &o.kw),
         args.verify.as_ref().map(|o| &o.kw),
         args.unknown_outcome_if.as_ref().map(|o| &o.kw),
+        args.task.as_ref().map(|o| &o.kw),
     ];
     for kw in mutating_only.into_iter().flatten() {
         errors.push(syn::Error::new(
@@ -1244,10 +1257,11 @@ mod tests {
             quote! {
                 idempotency_key_fields = [a], name = "has space", version = 0, ttl = "0s",
                 lease = "1x", concurrent = "block", payload_mismatch = "warn", on_unknown = "retry",
+                task = "yes",
             },
             shop(quote! { a: u64 }),
         );
-        assert_eq!(e.len(), 7, "{e:#?}");
+        assert_eq!(e.len(), 8, "{e:#?}");
         assert!(e[0].starts_with("invalid tool name \"has space\""));
         assert!(e[1].starts_with("`version` is a schema version"));
         assert_eq!(
@@ -1266,6 +1280,10 @@ mod tests {
         assert_eq!(
             e[6],
             r#"`on_unknown` must be "fail" or "rerun", not "retry""#
+        );
+        assert_eq!(
+            e[7],
+            r#"`task` must be "forbidden" or "optional" or "required", not "yes""#
         );
     }
 
@@ -1351,14 +1369,16 @@ mod tests {
     fn read_only_tools_reject_mutating_options() {
         let e = run(
             Kind::ReadOnly,
-            quote! { idempotency_key_fields = [a], ttl = "1h", destructive, open_world },
+            quote! { idempotency_key_fields = [a], ttl = "1h", destructive, open_world, task = "optional" },
             quote! { async fn f(a: u64) -> Result<u64, E> { Ok(a) } },
         )
         .unwrap_err();
-        assert_eq!(e.len(), 3, "{e:#?}");
+        assert_eq!(e.len(), 4, "{e:#?}");
         assert!(e[0].starts_with("read-only tools need no key"));
         assert!(e[1].starts_with("`ttl` does not apply to `#[read_only_tool]`"));
         assert!(e[2].starts_with("`destructive` does not apply to `#[read_only_tool]`"));
+        // A task is named by the call's key, which a read-only tool does not have.
+        assert!(e[3].starts_with("`task` does not apply to `#[read_only_tool]`"));
         let e = run(Kind::ReadOnly, quote! {}, quote! { fn f() -> u64 { 1 } }).unwrap_err();
         assert!(e[0].starts_with("`#[read_only_tool]` needs an `async fn`"));
         assert!(e[1].starts_with(

@@ -15,7 +15,9 @@ pub use crate::engine::{
 };
 pub use crate::error::Error;
 pub use crate::registry::{BoxFuture, Context, InvokeFn, KeyOfFn, ReconcileFn, ToolDescriptor};
-pub use crate::spec::{Concurrent, Mismatch, OnUnknown, SourceLocation, ToolKind, ToolSpec};
+pub use crate::spec::{
+    Concurrent, Mismatch, OnUnknown, SourceLocation, TaskSupport, ToolKind, ToolSpec,
+};
 pub use ::inventory;
 pub use ::schemars;
 pub use ::serde;
@@ -157,7 +159,9 @@ pub fn reconciled<T, E>(
     }
 }
 
-fn json_kind(v: &Value) -> &'static str {
+/// How a JSON value's kind reads in a message ("a string", "an array"): one wording for
+/// decoding errors and the MCP server's invalid-params answers.
+pub(crate) fn json_kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

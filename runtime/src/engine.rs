@@ -332,6 +332,36 @@ pub(crate) fn take_report() -> Option<ReportSlot> {
     REPORT.try_with(Cell::take).ok().flatten()
 }
 
+/// What a call that may become an MCP task asks of the engine (`mcp/tasks.rs`): a signal
+/// once the call holds its key's lease (the claim is in the store, so `tasks/get` of the
+/// key resolves), and a live holder of the same intent reported at once rather than
+/// waited for (that holder *is* the task a retry names).
+pub(crate) struct TaskStart {
+    held: tokio::sync::oneshot::Sender<()>,
+}
+
+tokio::task_local! {
+    /// Set by the MCP server around a call it may answer with a task; taken by the first
+    /// engine run inside, as [`REPORT`] is, so a tool calling a tool changes nothing.
+    static TASK_START: Cell<Option<TaskStart>>;
+}
+
+/// Runs `future` (a registry call) as the start of a task: its engine run sends on `held`
+/// once it holds the key's lease, and reports a live holder (`InProgress`) without waiting.
+#[cfg(feature = "mcp")]
+pub(crate) async fn as_task_start<F: Future>(
+    held: tokio::sync::oneshot::Sender<()>,
+    future: F,
+) -> F::Output {
+    TASK_START
+        .scope(Cell::new(Some(TaskStart { held })), future)
+        .await
+}
+
+fn take_task_start() -> Option<TaskStart> {
+    TASK_START.try_with(Cell::take).ok().flatten()
+}
+
 fn report(slot: &Option<ReportSlot>, f: impl FnOnce(&mut CallReport)) {
     if let Some(slot) = slot {
         let mut guard = slot.lock().unwrap_or_else(|p| p.into_inner());
@@ -518,6 +548,7 @@ where
     // calls and steps overflowed a 2 MiB thread's stack). One allocation per call.
     let attempt = Box::pin(attempt);
     let slot = take_report();
+    let task_start = take_task_start();
     let fail = |telemetry: &mut CallTelemetry, e: Error| -> E {
         telemetry.error(e.code());
         report(&slot, |r| r.error = Some(e.clone()));
@@ -538,8 +569,14 @@ where
     }
     let spec = call.spec;
     let store = ambient::current_store();
-    let lease = match acquire(&call, &store, has_verify).await {
-        Ok(lease) => lease,
+    let lease = match acquire(&call, &store, has_verify, task_start.is_some()).await {
+        Ok(lease) => {
+            if let Some(start) = task_start {
+                // Nobody listening: the server answered already (the call ended first).
+                let _ = start.held.send(());
+            }
+            lease
+        }
         Err(Settled::Replay(record)) => {
             tracing::debug!(tool = spec.name, key = %call.key, decision = "replayed", "tool-contracts: replayed stored result");
             report(&slot, |r| r.outcome = Some(Outcome::Replayed));
@@ -632,11 +669,18 @@ enum Settled {
 }
 
 /// The tool's policy, through the lease layer: a held lease, or how the call settles.
-async fn acquire(call: &Call, store: &Arc<dyn Store>, has_verify: bool) -> Result<Lease, Settled> {
+/// `task_start`: a live holder is reported at once (see [`TaskStart`]).
+async fn acquire(
+    call: &Call,
+    store: &Arc<dyn Store>,
+    has_verify: bool,
+    task_start: bool,
+) -> Result<Lease, Settled> {
     let spec = call.spec;
     let accepts = |theirs: &str| call.accepts(theirs);
     let policy = Policy {
         on_busy: match spec.concurrent {
+            _ if task_start => OnBusy::Report,
             Concurrent::Reject => OnBusy::Report,
             Concurrent::Wait => OnBusy::Wait {
                 max: Some(spec.max_wait),
@@ -674,6 +718,10 @@ async fn acquire(call: &Call, store: &Arc<dyn Store>, has_verify: bool) -> Resul
                 None => store.lookup(&call.key).await.ok().flatten().map(|r| r.args),
             };
             Err(Settled::Refused(call.key_reused(theirs.as_deref())))
+        }
+        Acquired::Busy { lease_remaining } if task_start => {
+            tracing::debug!(tool = spec.name, key = %call.key, decision = "in_progress", "tool-contracts: the call is already running: its task is answered");
+            Err(Settled::Refused(in_progress(lease_remaining)))
         }
         Acquired::Busy { lease_remaining } if spec.concurrent == Concurrent::Reject => {
             tracing::info!(tool = spec.name, key = %call.key, decision = "rejected", reason = "in_progress", "tool-contracts: duplicate while in progress");

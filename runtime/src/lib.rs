@@ -70,7 +70,7 @@ pub use run::{
     EntryKind, EntryStatus, JournalEntry, Run, RunInfo, RunOptions, RunState, RunStatus,
     StepOptions, RUN_KEY_CONTRACT,
 };
-pub use spec::{Concurrent, Mismatch, OnUnknown, SourceLocation, ToolKind};
+pub use spec::{Concurrent, Mismatch, OnUnknown, SourceLocation, TaskSupport, ToolKind};
 pub use store::{MemoryStore, Store};
 
 /// Re-exported: tool parameters implement `schemars::JsonSchema`.

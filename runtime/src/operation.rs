@@ -299,15 +299,21 @@ struct Rfc3339(SystemTime);
 
 impl Serialize for Rfc3339 {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        // 9999-12-31T23:59:59.999Z, the last instant humantime writes.
-        const LAST: Duration = Duration::from_millis(253_402_300_799_999);
-        let at = match self.0.duration_since(UNIX_EPOCH) {
-            Err(_) => UNIX_EPOCH,
-            Ok(since) if since > LAST => UNIX_EPOCH + LAST,
-            Ok(_) => self.0,
-        };
-        serializer.collect_str(&humantime::format_rfc3339_millis(at))
+        serializer.serialize_str(&rfc3339_text(self.0))
     }
+}
+
+/// `at` as the operation document writes its times (RFC 3339, UTC, to the millisecond),
+/// for surfaces that show them outside the document (MCP task times).
+pub(crate) fn rfc3339_text(at: SystemTime) -> String {
+    // 9999-12-31T23:59:59.999Z, the last instant humantime writes.
+    const LAST: Duration = Duration::from_millis(253_402_300_799_999);
+    let at = match at.duration_since(UNIX_EPOCH) {
+        Err(_) => UNIX_EPOCH,
+        Ok(since) if since > LAST => UNIX_EPOCH + LAST,
+        Ok(_) => at,
+    };
+    humantime::format_rfc3339_millis(at).to_string()
 }
 
 fn rfc3339<S: Serializer>(at: &SystemTime, serializer: S) -> Result<S::Ok, S::Error> {

@@ -8,7 +8,9 @@ use serde_json::{json, Map, Value};
 
 use crate::engine::{self, CallReport};
 use crate::error::Error;
-use crate::spec::{Concurrent, Mismatch, OnUnknown, SourceLocation, ToolKind, ToolSpec};
+use crate::spec::{
+    Concurrent, Mismatch, OnUnknown, SourceLocation, TaskSupport, ToolKind, ToolSpec,
+};
 
 /// A boxed `Send` future, the return type of a tool's registry entry point.
 #[doc(hidden)]
@@ -139,6 +141,15 @@ impl ToolDescriptor {
     pub fn cache_errors(&self) -> bool {
         self.spec.cache_errors
     }
+    /// Whether an MCP call of the tool may become a task (`task = "optional"`); always
+    /// [`Forbidden`](TaskSupport::Forbidden) for a read-only tool, which has no key to
+    /// name a task by.
+    pub fn task_support(&self) -> TaskSupport {
+        match self.spec.kind {
+            ToolKind::Mutating => self.spec.task,
+            ToolKind::ReadOnly => TaskSupport::Forbidden,
+        }
+    }
     /// Where the tool was declared.
     pub fn location(&self) -> SourceLocation {
         self.spec.location
@@ -180,6 +191,7 @@ impl ToolDescriptor {
             "onUnknown": match self.spec.on_unknown { OnUnknown::Fail => "fail", OnUnknown::Rerun => "rerun" },
             "cacheErrors": self.spec.cache_errors,
             "verify": self.reconcile.is_some(),
+            "task": self.task_support().as_str(),
         })
     }
 

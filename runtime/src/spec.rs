@@ -39,6 +39,30 @@ pub enum OnUnknown {
     Rerun,
 }
 
+/// Whether an MCP client that declares the tasks extension (`io.modelcontextprotocol/tasks`,
+/// SEP-2663) gets a task for a call of the tool: the `task` option, in the vocabulary of
+/// MCP's `taskSupport` (docs/mcp.md, "Tasks").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TaskSupport {
+    /// Every call is answered with its result (the default).
+    Forbidden,
+    /// A client that declares the extension gets a task (`CreateTaskResult`) whose id is
+    /// the call's key; any other client gets the result.
+    Optional,
+    /// Only as a task: a client that does not declare the extension gets the error
+    /// `-32021` (missing required client capability) and nothing runs.
+    Required,
+}
+
+crate::lowercase_names! {
+    TaskSupport {
+        Forbidden => "forbidden",
+        Optional => "optional",
+        Required => "required",
+    }
+}
+
 /// Where a tool was declared, for error messages and operators.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SourceLocation {
@@ -79,12 +103,14 @@ pub struct ToolSpec {
     pub cache_errors: bool,
     pub destructive: bool,
     pub open_world: bool,
+    /// Whether an MCP call may become a task (`task = "optional"`).
+    pub task: TaskSupport,
     pub location: SourceLocation,
 }
 
 impl ToolSpec {
     /// A spec with the attribute's default for every option (version 1, a day's ttl, a
-    /// 30 s lease and max_wait, wait, reject, fail): the one fixture that unit tests, fuzz
+    /// 30 s lease and max_wait, wait, reject, fail, no task): the one fixture that unit tests, fuzz
     /// targets and test suites start from when they build a descriptor by hand, overriding
     /// fields with struct update syntax.
     pub const fn fixture(
@@ -110,6 +136,7 @@ impl ToolSpec {
             cache_errors: false,
             destructive: false,
             open_world: false,
+            task: TaskSupport::Forbidden,
             location,
         }
     }

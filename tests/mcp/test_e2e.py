@@ -20,7 +20,14 @@ For each transport:
     sends, with tests/key_vectors.py's implementation of docs/key-spec.md, and gets the
     key the server reports in `_meta`: nested paths (`cart.id`), an integer beyond 2^53,
     non-ASCII text, a client intent key (the scope `client:<key>`), and `ship_order`, keyed
-    on an address whose JSON member names are serde renames (`postalCode`).
+    on an address whose JSON member names are serde renames (`postalCode`);
+ 6. Post/Redirect/Get: a result's `resource_link` read with `resources/read`, after a
+    SIGKILL and restart too, through `get_operation`, and not found from another tenant;
+ 7. MCP Tasks (SEP-2663): a task-augmented `create_order` is named by its key, a retry names
+    the same task, `tasks/get` is polled to completion with the result inline; a
+    task-augmented `charge_card` is killed mid-call (SIGKILL), the restarted server reports
+    the task's outcome unknown (reads rerun nothing), the retried call reconciles it through
+    `verify`, and the ledger shows one charge.
 
 Usage: test_e2e.py <path to the mcp_shop binary>   (tests/mcp/run.sh builds it and runs this)
 Exits non-zero on any failure, after printing the servers' stderr.
@@ -38,12 +45,14 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, Literal
 
 import anyio
 from mcp import Client, StdioServerParameters, types
+from mcp.client.extension import advertise
 from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
+from pydantic import TypeAdapter
 
 # The independent implementation of docs/key-spec.md (standard library only; it also
 # generates tests/key_vectors.json, which the Rust implementation is checked against).
@@ -67,6 +76,34 @@ class KeyedCallParams(types.CallToolRequestParams):
 
 class KeyedCallRequest(types.CallToolRequest):
     params: KeyedCallParams
+
+
+# The MCP Tasks extension (SEP-2663). The Python SDK 2.3.0 has no support for it beyond
+# advertising an extension identifier (`advertise`, which puts it in the client capabilities
+# it stamps on every request): the task-augmented `tools/call` and `tasks/get` /
+# `tasks/cancel` are sent as raw JSON-RPC through the SDK's own session (`send_request` with
+# a generic request model and a plain-dict result), so the SDK still frames, stamps and
+# routes them (the `Mcp-Name` header SEP-2663 requires over HTTP included).
+TASKS = "io.modelcontextprotocol/tasks"
+RAW = TypeAdapter(dict[str, Any])
+
+
+class TaskParams(types.RequestParams):
+    """Params of `tasks/get` and `tasks/cancel`: `{"taskId": ...}`."""
+
+    task_id: str
+
+
+class GetTaskRequest(types.Request[TaskParams, Literal["tasks/get"]]):
+    method: Literal["tasks/get"] = "tasks/get"
+    params: TaskParams
+    name_param = "taskId"
+
+
+class CancelTaskRequest(types.Request[TaskParams, Literal["tasks/cancel"]]):
+    method: Literal["tasks/cancel"] = "tasks/cancel"
+    params: TaskParams
+    name_param = "taskId"
 
 
 class Failure(Exception):
@@ -151,7 +188,10 @@ class Harness:
         return env
 
     @contextlib.asynccontextmanager
-    async def connect(self, tenant: str | None = None, **env: str) -> AsyncIterator[tuple[Client, Server]]:
+    async def connect(
+        self, tenant: str | None = None, tasks: bool = False, **env: str
+    ) -> AsyncIterator[tuple[Client, Server]]:
+        """A client of a fresh server; `tasks`: the client declares the tasks extension."""
         raise NotImplementedError
         yield  # pragma: no cover
 
@@ -160,13 +200,15 @@ class StdioHarness(Harness):
     name = "stdio"
 
     @contextlib.asynccontextmanager
-    async def connect(self, tenant: str | None = None, **env: str) -> AsyncIterator[tuple[Client, Server]]:
+    async def connect(
+        self, tenant: str | None = None, tasks: bool = False, **env: str
+    ) -> AsyncIterator[tuple[Client, Server]]:
         server = Server(self, self.server_env(env))
         with open(server.log_path, "w") as errlog:
             params = StdioServerParameters(
                 command=self.binary, args=["--stdio", "--db", str(self.db), *tenant_args(tenant)], env=server.env
             )
-            async with Client(stdio_client(params, errlog=errlog)) as client:
+            async with Client(stdio_client(params, errlog=errlog), extensions=extensions(tasks)) as client:
                 yield client, server
 
 
@@ -174,7 +216,9 @@ class HttpHarness(Harness):
     name = "http"
 
     @contextlib.asynccontextmanager
-    async def connect(self, tenant: str | None = None, **env: str) -> AsyncIterator[tuple[Client, Server]]:
+    async def connect(
+        self, tenant: str | None = None, tasks: bool = False, **env: str
+    ) -> AsyncIterator[tuple[Client, Server]]:
         server = Server(self, self.server_env(env))
         errlog = open(server.log_path, "w")
         process = await anyio.open_process(
@@ -195,7 +239,7 @@ class HttpHarness(Harness):
                         raise Failure(f"the HTTP server exited with {process.returncode}")
                     else:
                         await anyio.sleep(0.05)
-            async with Client(url) as client:
+            async with Client(url, extensions=extensions(tasks)) as client:
                 yield client, server
         finally:
             if process.returncode is None:
@@ -207,6 +251,10 @@ class HttpHarness(Harness):
 
 def tenant_args(tenant: str | None) -> list[str]:
     return ["--tenant", tenant] if tenant else []
+
+
+def extensions(tasks: bool) -> list[Any] | None:
+    return [advertise(TASKS)] if tasks else None
 
 
 def order_args(user_id: int, cart_id: str, note: str = "leave at the door") -> dict[str, Any]:
@@ -599,6 +647,102 @@ async def a_result_links_to_its_operation_which_survives_a_restart_in_its_tenant
 
 
 SCENARIOS.append(a_result_links_to_its_operation_which_survives_a_restart_in_its_tenant_only)
+
+
+async def call_as_task(client: Client, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+    """A `tools/call` from a client that declares the tasks extension: a `CreateTaskResult`
+    (`resultType: "task"`) or a plain result, as a dict (raw JSON-RPC, see `TASKS`)."""
+    request = types.CallToolRequest(params=types.CallToolRequestParams(name=tool, arguments=args))
+    return await client.session.send_request(request, RAW)
+
+
+async def get_task(client: Client, task_id: str) -> dict[str, Any]:
+    return await client.session.send_request(GetTaskRequest(params=TaskParams(task_id=task_id)), RAW)
+
+
+async def poll_task(client: Client, task_id: str, timeout_s: float = 30) -> dict[str, Any]:
+    """`tasks/get` until the task leaves `working`, at the interval the server suggests."""
+    with anyio.fail_after(timeout_s):
+        while True:
+            task = await get_task(client, task_id)
+            check(task.get("resultType") == "complete" and task["taskId"] == task_id, f"tasks/get: {task}")
+            if task["status"] != "working":
+                return task
+            await anyio.sleep(min(task.get("pollIntervalMs", 1000), 1000) / 1000)
+
+
+async def a_task_is_named_by_its_key_and_outlives_a_kill_mid_call(h: Harness) -> None:
+    """SEP-2663 tasks tied to idempotency keys: a task-augmented call is named by its key,
+    and a retry names the same task; `tasks/get` answers from the store, after a SIGKILL
+    mid-call and a restart too, with an unknown outcome that reads never rerun, and the
+    retried call reconciles it through `verify`: the ledger shows one effect."""
+    args = order_args(8800 + len(h.name), f"c-task-{h.name}")
+    async with h.connect(tasks=True) as (client, _):
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        for name in ("create_order", "charge_card"):
+            check((tools[name].meta or {}).get(CONTRACT, {}).get("task") == "optional", f"{name}: {tools[name].meta}")
+        first = await call_as_task(client, "create_order", args)
+        check(first.get("resultType") == "task", f"not a task: {first}")
+        task_id = first["taskId"]
+        check(task_id == predicted_key(tools["create_order"], args), f"task id {task_id} is not the call's key")
+        check(first["status"] in ("working", "completed") and first["ttlMs"] >= 86_400_000, f"created: {first}")
+        retry = await call_as_task(client, "create_order", args)
+        check(retry.get("resultType") == "task" and retry["taskId"] == task_id, f"the retry named another task: {retry}")
+        done = await poll_task(client, task_id)
+        check(done["status"] == "completed" and done["result"]["isError"] is False, f"task: {done}")
+        order = done["result"]["structuredContent"]
+        check(order["user_id"] == args["user_id"] and order["cart_id"] == args["cart"]["id"], f"result: {order}")
+        check(done["result"]["_meta"][CALL]["key"] == task_id, f"result meta: {done['result']['_meta']}")
+        check(h.ledger.count("order", key=task_id) == 1, f"orders: {h.ledger.count('order', key=task_id)}")
+    # A client without the extension gets the result itself: the task's, replayed.
+    async with h.connect() as (client, _):
+        plain = await client.call_tool("create_order", args)
+        check(call_meta(plain)["outcome"] == "replayed" and plain.structured_content == order, f"plain: {plain}")
+
+    charge_args = {"order_id": 9200 + len(h.name), "amount_cents": 4200, "card_token": "tok_visa"}
+    order_id = charge_args["order_id"]
+    killed = False
+    try:
+        async with h.connect(tasks=True, MCP_SHOP_CHARGE_DELAY_MS=CHARGE_DELAY_MS) as (client, server):
+            created = await call_as_task(client, "charge_card", charge_args)
+            check(created.get("resultType") == "task" and created["status"] == "working", f"charge task: {created}")
+            charge_task = created["taskId"]
+            with anyio.fail_after(30):
+                while h.ledger.count("charge", order_id=order_id) == 0:
+                    await anyio.sleep(0.02)
+            running = await get_task(client, charge_task)
+            check(running["status"] == "working" and running["pollIntervalMs"] == 1000, f"mid-call: {running}")
+            server.kill()  # SIGKILL: charged, result not stored
+            killed = True
+    except Exception as e:  # the SDK's transport tears down a dead connection noisily
+        if not killed:
+            raise
+        print(f"     (client teardown after the kill: {type(e).__name__})")
+    check(killed, "the server was not killed")
+    async with h.connect(tasks=True) as (client, _):
+        # Working until the dead worker's lease (2 s) runs out, then unknown; reading reruns nothing.
+        unknown = await poll_task(client, charge_task)
+        check(unknown["status"] == "failed", f"after the kill: {unknown}")
+        check(unknown["error"]["code"] == -32603 and unknown["error"]["data"]["code"] == "outcome_unknown", f"{unknown}")
+        check(unknown["error"]["data"]["verify"] is True and "verify" in unknown["statusMessage"], f"{unknown}")
+        check((await get_task(client, charge_task))["status"] == "failed", "a second read changed the task")
+        check(h.ledger.count("charge", order_id=order_id) == 1, "a read charged again")
+        # The retried call is the same task; its `verify` finds the charge.
+        retried = await call_as_task(client, "charge_card", charge_args)
+        check(retried.get("resultType") == "task" and retried["taskId"] == charge_task, f"retry: {retried}")
+        reconciled = await poll_task(client, charge_task)
+        check(reconciled["status"] == "completed" and reconciled["result"]["isError"] is False, f"{reconciled}")
+        (charged,) = [e for e in h.ledger.entries() if e.get("effect") == "charge" and e["order_id"] == order_id]
+        check(reconciled["result"]["structuredContent"]["charge_id"] == charged["charge_id"], f"{reconciled}")
+        try:
+            await client.session.send_request(CancelTaskRequest(params=TaskParams(task_id=charge_task)), RAW)
+            raise Failure("a finished task was cancelled")
+        except MCPError as e:
+            check(e.code == -32602 and "already finished" in e.error.message, f"cancel: {e.code} {e.error.message}")
+    check(h.ledger.count("charge", order_id=order_id) == 1, f"charges: {h.ledger.count('charge', order_id=order_id)}")
+
+
+SCENARIOS.append(a_task_is_named_by_its_key_and_outlives_a_kill_mid_call)
 
 
 async def main(binary: str) -> int:

@@ -1,24 +1,27 @@
 //! What the server answers: rmcp's [`ServerHandler`] for [`McpServer`], `tools/list` (the
 //! published tools and their output shapes), `tools/call` (the dedup engine's result as a
 //! `CallToolResult` with its `_meta`), the client's own intent key, malformed `tools/call`
-//! params (`-32602`), and progress notifications while a call runs.
+//! params (`-32602`), and progress notifications while a call runs. A task-augmented call
+//! and the `tasks/*` methods are answered by `tasks.rs`.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestMethod, CallToolRequestParams, CallToolResponse, CallToolResult, ConstString,
-    ContentBlock, CustomRequest, CustomResult, ErrorCode, Implementation, JsonObject,
-    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, MetaObject,
-    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ReadResourceRequestParams,
-    ReadResourceResponse, ReadResourceResult, Resource, ResourceContents, ResourceTemplate,
-    ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestMethod, CallToolRequestParams, CallToolResponse, CallToolResult,
+    CancelTaskParams, ConstString, ContentBlock, CustomRequest, CustomResult, ErrorCode,
+    GetTaskParams, GetTaskResult, Implementation, JsonObject, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, MetaObject, PaginatedRequestParams,
+    ProgressNotificationParam, ProgressToken, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, Resource, ResourceContents, ResourceTemplate, ServerCapabilities,
+    ServerConfig, Tool, UpdateTaskParams,
 };
 use rmcp::service::{Peer, RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
 use serde_json::{json, Map, Value};
 
+use super::tasks::{tasks_capability_required, CallMode};
 use super::{
     operation_uri, transport, McpServer, CALL_META_KEY, CLIENT_KEY_MAX_CHARS, CLIENT_KEY_META_KEY,
     CLIENT_KEY_PARAM, OPERATION_TOOL, OPERATION_URI_PREFIX, WRAPPED_RESULT_FIELD,
@@ -26,6 +29,7 @@ use super::{
 use crate::ambient::{client_scope, with_progress, with_scope, with_store, ProgressHook};
 use crate::error::Error;
 use crate::registry::{ToolDescriptor, ToolOutput};
+use crate::spec::TaskSupport;
 
 /// How a tool's results map onto `structuredContent`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,15 +62,46 @@ impl McpServer {
         if name == OPERATION_TOOL && self.inner.registry.get(name).is_none() {
             return Ok(self.operation_tool_result(&args).await);
         }
-        let call = self.inner.registry.call(name, args);
-        let call: Pin<Box<dyn Future<Output = Result<ToolOutput, Error>> + Send + '_>> =
-            match &client_key {
-                Some(k) => Box::pin(with_scope(client_scope(k), call)),
-                None => Box::pin(call),
-            };
-        let outcome = self.in_context(call).await;
+        let outcome = self.run_call(name, args, client_key.as_deref()).await;
+        self.answer(name, outcome, client_key.as_deref())
+    }
+
+    /// Runs a registry call as this client's: in the server's scope and store, with the
+    /// client's key (already validated) as a scope nested inside.
+    pub(super) async fn run_call(
+        &self,
+        name: &str,
+        args: Value,
+        client_key: Option<&str>,
+    ) -> Result<ToolOutput, Error> {
+        self.as_caller(client_key, self.inner.registry.call(name, args))
+            .await
+    }
+
+    /// Runs `future` as a call of this client runs: [`in_context`](Self::in_context), with
+    /// the client key's scope inside the server's.
+    pub(super) async fn as_caller<T>(
+        &self,
+        client_key: Option<&str>,
+        future: impl Future<Output = T> + Send,
+    ) -> T {
+        let future: Pin<Box<dyn Future<Output = T> + Send + '_>> = match client_key {
+            Some(k) => Box::pin(with_scope(client_scope(k), future)),
+            None => Box::pin(future),
+        };
+        self.in_context(future).await
+    }
+
+    /// The `tools/call` answer to a call's outcome: a result (`isError` for every failure)
+    /// or, for an unknown tool, a JSON-RPC error.
+    pub(super) fn answer(
+        &self,
+        name: &str,
+        outcome: Result<ToolOutput, Error>,
+        client_key: Option<&str>,
+    ) -> Result<CallToolResult, ErrorData> {
         match outcome {
-            Ok(output) => Ok(self.success_result(name, output, client_key.as_deref())),
+            Ok(output) => Ok(self.success_result(name, output, client_key)),
             Err(Error::UnknownTool { name, suggestion }) => {
                 let message = Error::UnknownTool {
                     name: name.clone(),
@@ -79,7 +114,7 @@ impl McpServer {
                     Some(json!({ "code": "unknown_tool", "tool": name, "suggestion": suggestion })),
                 ))
             }
-            Err(e) => Ok(self.error_result(name, e, client_key.as_deref())),
+            Err(e) => Ok(self.error_result(name, e, client_key)),
         }
     }
 
@@ -97,7 +132,7 @@ impl McpServer {
 
     /// The operation of `key` as this server's callers may see it (its scope and store):
     /// `None` for a key never used, purged, or made in another scope, alike.
-    async fn operation(&self, key: &str) -> Result<Option<crate::Operation>, Error> {
+    pub(super) async fn operation(&self, key: &str) -> Result<Option<crate::Operation>, Error> {
         self.in_context(crate::operation(key)).await
     }
 
@@ -128,7 +163,7 @@ impl McpServer {
 
     /// The one place that reads a [`ToolOutput`]: its value shaped as the tool publishes it,
     /// its outcome and key in `_meta`.
-    fn success_result(
+    pub(super) fn success_result(
         &self,
         name: &str,
         output: ToolOutput,
@@ -168,7 +203,12 @@ impl McpServer {
         result
     }
 
-    fn error_result(&self, name: &str, error: Error, client_key: Option<&str>) -> CallToolResult {
+    pub(super) fn error_result(
+        &self,
+        name: &str,
+        error: Error,
+        client_key: Option<&str>,
+    ) -> CallToolResult {
         let outcome = match error {
             Error::ToolFailed { .. } => "failed",
             _ => "rejected",
@@ -184,8 +224,18 @@ impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
         let capabilities = ServerCapabilities::builder()
             .enable_tools()
-            .enable_resources()
-            .build();
+            .enable_resources();
+        // The tasks extension, when a tool takes tasks: then `tasks/*` are served (rmcp
+        // answers them `-32601` otherwise, and `-32021` to a client that does not declare it).
+        let takes_tasks = self
+            .inner
+            .registry
+            .iter()
+            .any(|tool| tool.task_support() != TaskSupport::Forbidden);
+        let capabilities = match takes_tasks {
+            true => capabilities.enable_tasks().build(),
+            false => capabilities.build(),
+        };
         let mut info = ServerConfig::new(capabilities);
         info.server_info = Implementation::new(self.inner.name.clone(), self.inner.version.clone());
         info.instructions = self.inner.instructions.clone();
@@ -300,12 +350,58 @@ impl ServerHandler for McpServer {
             Ok(k) => k,
             Err(e) => return Ok(self.error_result(&name, e, None).into()),
         };
+        let takes_tasks = context
+            .client_capabilities()
+            .is_some_and(|capabilities| capabilities.supports_tasks());
+        let tool = self.inner.registry.get(&name);
+        match (CallMode::of(tool, takes_tasks), tool) {
+            (CallMode::Task, Some(tool)) => {
+                let client_key = match client_key.map(|k| validate_client_key(&name, k)) {
+                    Some(Err(e)) => return Ok(self.error_result(&name, e, None).into()),
+                    Some(Ok(k)) => Some(k),
+                    None => None,
+                };
+                let args = request.arguments.map_or(Value::Null, Value::Object);
+                return self.start_task(tool, args, client_key).await;
+            }
+            (CallMode::MissingCapability, _) => return Err(tasks_capability_required()),
+            _ => {}
+        }
         let call = self.call(&name, request.arguments, client_key);
         match context.meta.get_progress_token() {
             Some(token) => with_progress_notifications(&context.peer, token, call).await,
             None => call.await,
         }
         .map(Into::into)
+    }
+
+    /// `tasks/get` (SEP-2663), from the store: see `tasks.rs`.
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let task = self.get_task_by_id(&request.task_id).await?;
+        Ok(GetTaskResult::new(task))
+    }
+
+    /// `tasks/cancel` (SEP-2663): acknowledged for a working task, which runs on; `-32602`
+    /// for a finished or unknown one (`tasks.rs`, docs/mcp.md).
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.cancel_task_by_id(&request.task_id).await
+    }
+
+    /// `tasks/update` (SEP-2663): no task here asks for input; acknowledged for a known id.
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.update_task_by_id(&request.task_id).await
     }
 
     /// rmcp 3.11 decodes a client request into `ClientRequest`, a `#[serde(untagged)]` enum
@@ -337,14 +433,7 @@ impl ServerHandler for McpServer {
 /// [`McpServer::on_custom_request`]): every problem found, each with what to send instead.
 fn invalid_tools_call_params(params: Option<&Value>) -> ErrorData {
     const SHAPE: &str = "`{\"name\": \"<tool>\", \"arguments\": {…}}`";
-    let kind = |value: &Value| match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    };
+    let kind = crate::__private::json_kind;
     let mut problems = Vec::new();
     let mut fields = Vec::new();
     match params {

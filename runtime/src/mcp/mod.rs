@@ -35,6 +35,11 @@
 //!   protection): by default only pages of this machine, see
 //!   [`with_allowed_origins`](McpServer::with_allowed_origins); one without an `Origin` is
 //!   served.
+//! - Tasks (SEP-2663): a tool with `task = "optional"` (or `"required"`) called by a client
+//!   that declares the `io.modelcontextprotocol/tasks` extension is answered at once with a
+//!   `CreateTaskResult` whose `taskId` is the call's key, and runs on in the background;
+//!   `tasks/get` and `tasks/cancel` answer from the store, in the server's scope, so a
+//!   retry names the same task and any process sharing the store answers for it (`tasks.rs`).
 //! - A client may send its own intent key, as `params.idempotencyKey` or
 //!   `params._meta["dev.tool-contracts/idempotencyKey"]` (1 to 255 characters, no control
 //!   characters). It is folded into the key as a scope `client:<key>` inside any scope the
@@ -43,20 +48,26 @@
 //!
 //! The module is split by concern: this file holds the server type and its builder,
 //! `handler.rs` what the server answers (`tools/list`, `tools/call`, results, `_meta`, client
-//! keys), `transport.rs` how it is served (stdio and streamable HTTP, on rmcp's transports).
+//! keys), `tasks.rs` the task methods and task-augmented calls, `transport.rs` how it is
+//! served (stdio and streamable HTTP, on rmcp's transports).
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use rmcp::model::Tool;
+use tokio_util::task::TaskTracker;
 
 use crate::registry::Registry;
 use crate::store::Store;
 
 mod handler;
+mod tasks;
 #[cfg(test)]
 mod tests;
 mod transport;
+
+pub use tasks::DEFAULT_TASK_POLL_INTERVAL;
 
 pub use transport::{serve_http, serve_stdio};
 
@@ -111,6 +122,10 @@ struct Inner {
     allowed_origins: Option<Vec<String>>,
     /// Whether `get_operation` is published (the default) beside the registry's tools.
     operation_tool: bool,
+    /// The `pollIntervalMs` a working task suggests.
+    task_poll_interval: Duration,
+    /// The calls running as tasks, which the transports wait for before they return.
+    tasks: TaskTracker,
     tools: Vec<Tool>,
     shapes: HashMap<&'static str, handler::OutputShape>,
 }
@@ -167,6 +182,8 @@ impl McpServer {
                 instructions: Some(DEFAULT_INSTRUCTIONS.to_owned()),
                 allowed_origins: None,
                 operation_tool: true,
+                task_poll_interval: DEFAULT_TASK_POLL_INTERVAL,
+                tasks: TaskTracker::new(),
                 tools,
                 shapes,
             }),
@@ -185,6 +202,8 @@ impl McpServer {
                 instructions: shared.instructions.clone(),
                 allowed_origins: shared.allowed_origins.clone(),
                 operation_tool: shared.operation_tool,
+                task_poll_interval: shared.task_poll_interval,
+                tasks: shared.tasks.clone(),
                 tools: shared.tools.clone(),
                 shapes: shared.shapes.clone(),
             },
@@ -261,6 +280,24 @@ impl McpServer {
     {
         let origins: Vec<String> = origins.into_iter().map(Into::into).collect();
         self.map(|inner| inner.allowed_origins = Some(origins))
+    }
+
+    /// The `pollIntervalMs` a working task suggests to its client (default
+    /// [`DEFAULT_TASK_POLL_INTERVAL`], 1 s); at least 1 ms.
+    pub fn with_task_poll_interval(self, interval: Duration) -> Self {
+        let interval = interval.max(Duration::from_millis(1));
+        self.map(|inner| inner.task_poll_interval = interval)
+    }
+
+    /// Waits until every call this server runs as a task has ended (stored its result,
+    /// released or abandoned its key). [`serve_stdio`](Self::serve_stdio),
+    /// [`serve_io`](Self::serve_io) and [`serve_http_listener`](Self::serve_http_listener)
+    /// do so before they return; call it after serving on another rmcp transport, so a
+    /// shutdown does not cut a running call (which would leave its outcome unknown).
+    pub async fn wait_for_tasks(&self) {
+        self.inner.tasks.close();
+        self.inner.tasks.wait().await;
+        self.inner.tasks.reopen();
     }
 
     /// The registry served.

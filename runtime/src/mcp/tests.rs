@@ -5,6 +5,10 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use super::*;
+use std::sync::Arc;
+
+use crate::registry::ToolDescriptor;
+
 use rmcp::model::ErrorCode;
 use rmcp::ServiceExt;
 
@@ -371,5 +375,677 @@ fn rmcp_still_decodes_malformed_tools_call_as_a_custom_request() {
         matches!(&request.request, ClientRequest::CustomRequest(c) if c.method == "tools/call"),
         "{:?}",
         request.request
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Tasks (SEP-2663): a task is the operation of one call, named by its key (`tasks.rs`).
+// ---------------------------------------------------------------------------------------
+
+mod shop {
+    //! Mutating tools built by hand as `#[mutating_tool(idempotency_key_fields = [order],
+    //! cache_errors = true, task = …)]` builds them: `place_order` (`task = "optional"`),
+    //! `place_plain` (no tasks) and `place_only_as_task` (`task = "required"`). Each counts
+    //! the runs of its body per order (the effects), and an order with a gate waits in its
+    //! body until the test opens the gate.
+    use core::time::Duration;
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+
+    use serde::{Deserialize, Serialize};
+    use serde_json::{json, Value};
+
+    use crate::__private::{encode_result, execute, CallBuilder, Codec, Ops};
+    use crate::error::Error;
+    use crate::registry::{BoxFuture, Context, ToolDescriptor};
+    use crate::spec::{SourceLocation, TaskSupport, ToolKind, ToolSpec};
+
+    #[derive(Debug, Serialize, Deserialize)]
+    pub(super) enum PlaceError {
+        Contract(String),
+        Refused(String),
+    }
+
+    impl core::fmt::Display for PlaceError {
+        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+            match self {
+                PlaceError::Contract(m) | PlaceError::Refused(m) => f.write_str(m),
+            }
+        }
+    }
+
+    impl From<Error> for PlaceError {
+        fn from(e: Error) -> Self {
+            PlaceError::Contract(e.to_string())
+        }
+    }
+
+    static EFFECTS: Mutex<Vec<(&str, u64)>> = Mutex::new(Vec::new());
+    static GATES: Mutex<Option<HashMap<u64, Arc<tokio::sync::Semaphore>>>> = Mutex::new(None);
+
+    /// How many times the body of `tool` ran for `order`.
+    pub(super) fn effects(tool: &str, order: u64) -> usize {
+        let effects = EFFECTS.lock().unwrap();
+        effects.iter().filter(|e| **e == (tool, order)).count()
+    }
+
+    /// Makes the body for `order` wait until [`open`] is called.
+    pub(super) fn gate(order: u64) {
+        let mut gates = GATES.lock().unwrap();
+        gates
+            .get_or_insert_with(HashMap::new)
+            .insert(order, Arc::new(tokio::sync::Semaphore::new(0)));
+    }
+
+    /// Lets the body for `order` finish.
+    pub(super) fn open(order: u64) {
+        let gates = GATES.lock().unwrap();
+        if let Some(gate) = gates.as_ref().and_then(|g| g.get(&order)) {
+            gate.add_permits(1_000);
+        }
+    }
+
+    async fn body(tool: &'static str, order: u64, refuse: bool) -> Result<Value, PlaceError> {
+        EFFECTS.lock().unwrap().push((tool, order));
+        let gate = GATES
+            .lock()
+            .unwrap()
+            .as_ref()
+            .and_then(|g| g.get(&order).cloned());
+        if let Some(gate) = gate {
+            let _permit = gate.acquire().await;
+        }
+        if refuse {
+            return Err(PlaceError::Refused(format!("order {order} is refused")));
+        }
+        Ok(json!({"order": order, "placed": true}))
+    }
+
+    fn builder(spec: &'static ToolSpec, args: &Value) -> (CallBuilder, u64, bool) {
+        let order = args["order"].as_u64().unwrap_or(0);
+        let refuse = args["refuse"].as_bool().unwrap_or(false);
+        let mut call = CallBuilder::new(spec);
+        call.key_field("order", &order);
+        call.arg("order", &order);
+        call.arg("refuse", &refuse);
+        (call, order, refuse)
+    }
+
+    fn invoke(spec: &'static ToolSpec, args: Value) -> BoxFuture<'static, Result<Value, Error>> {
+        Box::pin(async move {
+            let (call, order, refuse) = builder(spec, &args);
+            let ops = Ops::new(Codec::json(), PlaceError::from).caching_errors(Codec::json());
+            let result = execute(call.finish(), ops, body(spec.name, order, refuse)).await;
+            encode_result(spec, result)
+        })
+    }
+
+    const fn spec(name: &'static str, task: TaskSupport) -> ToolSpec {
+        ToolSpec {
+            description: "Place an order.",
+            cache_errors: true,
+            task,
+            ttl: Duration::from_secs(3_600),
+            // Short, so a worker dropped mid-body leaves an unknown outcome soon.
+            lease: Duration::from_millis(300),
+            ..ToolSpec::fixture(
+                name,
+                ToolKind::Mutating,
+                &["order"],
+                &["order", "refuse"],
+                SourceLocation {
+                    module_path: module_path!(),
+                    file: file!(),
+                    line: line!(),
+                    column: 1,
+                },
+            )
+        }
+    }
+
+    fn input_schema() -> Value {
+        json!({"type": "object", "properties": {"order": {"type": "integer"}, "refuse": {"type": "boolean"}}, "required": ["order"]})
+    }
+
+    fn output_schema() -> Option<Value> {
+        Some(
+            json!({"type": "object", "properties": {"order": {"type": "integer"}, "placed": {"type": "boolean"}}}),
+        )
+    }
+
+    macro_rules! tool {
+        ($descriptor:ident, $spec:ident, $name:literal, $task:expr) => {
+            static $spec: ToolSpec = spec($name, $task);
+            pub(super) static $descriptor: ToolDescriptor = ToolDescriptor::new(
+                &$spec,
+                Some(|args| builder(&$spec, args).0.key()),
+                |_: &Context, args| invoke(&$spec, args),
+                input_schema,
+                output_schema,
+            );
+        };
+    }
+
+    tool!(PLACE, PLACE_SPEC, "place_order", TaskSupport::Optional);
+    tool!(PLAIN, PLAIN_SPEC, "place_plain", TaskSupport::Forbidden);
+    tool!(
+        ONLY_AS_TASK,
+        ONLY_AS_TASK_SPEC,
+        "place_only_as_task",
+        TaskSupport::Required
+    );
+}
+
+/// A server of the shop's tools on `store` (shared by servers built from the same one, as
+/// processes share a durable store), in `scope` if given.
+fn shop_server(store: &Arc<dyn crate::store::Store>, scope: Option<&str>) -> McpServer {
+    let registry = Registry::from_tools([&shop::PLACE, &shop::PLAIN, &shop::ONLY_AS_TASK]).unwrap();
+    let server = McpServer::new(registry);
+    let store = Arc::clone(store);
+    let server = server.map(|inner| inner.store = Some(store));
+    match scope {
+        Some(scope) => server.with_scope(scope),
+        None => server,
+    }
+}
+
+fn memory_store() -> Arc<dyn crate::store::Store> {
+    Arc::new(crate::store::MemoryStore::new())
+}
+
+/// The key `tool` derives for `args` in `scope`: what its task is named.
+async fn key_of(tool: &ToolDescriptor, args: &Value, scope: Option<&str>) -> String {
+    let key = async { tool.key(args).unwrap().unwrap() };
+    match scope {
+        Some(scope) => crate::with_scope(scope, key).await,
+        None => key.await,
+    }
+}
+
+/// An MCP client speaking raw JSON-RPC to `McpServer::serve_io` over an in-memory pipe,
+/// one request at a time.
+struct Client {
+    write: tokio::io::WriteHalf<tokio::io::DuplexStream>,
+    lines: tokio::io::Lines<BufReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>>,
+    next_id: u64,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+    /// What `initialize` answered.
+    init: Value,
+}
+
+impl Client {
+    /// Connects and initializes; `takes_tasks`: the client declares the tasks extension
+    /// (SEP-2663) in its capabilities.
+    async fn connect(server: McpServer, takes_tasks: bool) -> Client {
+        let (client, server_side) = tokio::io::duplex(1 << 20);
+        let (server_read, server_write) = tokio::io::split(server_side);
+        let server = tokio::spawn(server.serve_io(server_read, server_write));
+        let (read, write) = tokio::io::split(client);
+        let mut client = Client {
+            write,
+            lines: BufReader::new(read).lines(),
+            next_id: 1,
+            server,
+            init: Value::Null,
+        };
+        let capabilities = match takes_tasks {
+            true => json!({"extensions": {rmcp::model::TASKS_EXTENSION_ID: {}}}),
+            false => json!({}),
+        };
+        let init = client
+            .request(
+                "initialize",
+                json!({"protocolVersion": "2025-11-25", "capabilities": capabilities, "clientInfo": {"name": "test", "version": "1"}}),
+            )
+            .await;
+        client.init = init["result"].clone();
+        client
+            .send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await;
+        client
+    }
+
+    async fn send(&mut self, message: &Value) {
+        self.write
+            .write_all(format!("{message}\n").as_bytes())
+            .await
+            .unwrap();
+    }
+
+    /// The whole response to one request (`result` or `error`), notifications skipped.
+    async fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await;
+        loop {
+            let line =
+                tokio::time::timeout(core::time::Duration::from_secs(20), self.lines.next_line())
+                    .await
+                    .expect("an answer within 20 s")
+                    .unwrap()
+                    .expect("the server kept the pipe open");
+            let message: Value = serde_json::from_str(&line).unwrap();
+            if message["id"] == id {
+                return message;
+            }
+        }
+    }
+
+    async fn result(&mut self, method: &str, params: Value) -> Value {
+        let answer = self.request(method, params).await;
+        assert!(answer.get("error").is_none(), "{method}: {answer}");
+        answer["result"].clone()
+    }
+
+    async fn error(&mut self, method: &str, params: Value) -> Value {
+        let answer = self.request(method, params).await;
+        assert!(answer.get("result").is_none(), "{method}: {answer}");
+        answer["error"].clone()
+    }
+
+    async fn call(&mut self, tool: &str, args: Value) -> Value {
+        self.result("tools/call", json!({"name": tool, "arguments": args}))
+            .await
+    }
+
+    async fn get(&mut self, task_id: &str) -> Value {
+        self.result("tasks/get", json!({"taskId": task_id})).await
+    }
+
+    /// Polls `tasks/get` until the task leaves `working`.
+    async fn settled(&mut self, task_id: &str) -> Value {
+        for _ in 0..400 {
+            let task = self.get(task_id).await;
+            if task["status"] != "working" {
+                return task;
+            }
+            tokio::time::sleep(core::time::Duration::from_millis(10)).await;
+        }
+        panic!("task {task_id} still working after 4 s");
+    }
+
+    /// Closes the pipe and waits for the server to return (after its running tasks).
+    async fn close(mut self) {
+        self.write.shutdown().await.unwrap();
+        tokio::time::timeout(core::time::Duration::from_secs(20), self.server)
+            .await
+            .expect("the server ends with its input")
+            .unwrap()
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_task_is_named_by_the_call_key_and_a_retry_names_the_same_task() {
+    let store = memory_store();
+    let mut client = Client::connect(shop_server(&store, None), true).await;
+    assert_eq!(
+        client.init["capabilities"]["extensions"][rmcp::model::TASKS_EXTENSION_ID],
+        json!({}),
+        "the server declares the tasks extension: {}",
+        client.init
+    );
+    let args = json!({"order": 101});
+    let key = key_of(&shop::PLACE, &args, None).await;
+    shop::gate(101);
+
+    let first = client.call("place_order", args.clone()).await;
+    assert_eq!(first["resultType"], "task", "{first}");
+    assert_eq!(
+        first["taskId"], key,
+        "the task id is the call's key: {first}"
+    );
+    assert_eq!(first["status"], "working", "{first}");
+    assert_eq!(first["pollIntervalMs"], 1000, "{first}");
+    assert_eq!(first["_meta"][CALL_META_KEY]["key"], key);
+    assert_eq!(
+        first["_meta"][CALL_META_KEY]["operation"],
+        format!("tool-contracts://operations/{key}")
+    );
+    // The task's TTL is the tool's (an hour here), from its creation (the store's times, to
+    // its clock's resolution).
+    let ttl = first["ttlMs"].as_u64().unwrap();
+    assert!((3_599_000..=3_601_000).contains(&ttl), "{first}");
+
+    // While the first call runs: the same task, nothing started again.
+    let retry = client.call("place_order", args.clone()).await;
+    assert_eq!(retry["resultType"], "task", "{retry}");
+    assert_eq!(retry["taskId"], key, "{retry}");
+    assert_eq!(retry["status"], "working");
+    let working = client.get(&key).await;
+    assert_eq!(working["status"], "working", "{working}");
+    assert_eq!(working["resultType"], "complete", "{working}");
+    assert_eq!(shop::effects("place_order", 101), 1);
+
+    shop::open(101);
+    let done = client.settled(&key).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let result = &done["result"];
+    assert_eq!(result["isError"], false, "{done}");
+    assert_eq!(
+        result["structuredContent"],
+        json!({"order": 101, "placed": true})
+    );
+    assert_eq!(result["_meta"][CALL_META_KEY]["key"], key);
+    assert_eq!(result["_meta"][CALL_META_KEY]["outcome"], "replayed");
+    assert!(
+        result["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["type"] == "resource_link"
+                && c["uri"] == format!("tool-contracts://operations/{key}")),
+        "{done}"
+    );
+    assert!(done.get("pollIntervalMs").is_none(), "{done}");
+
+    // After it finished: still the same task, now completed; and the plain result for a
+    // client that does not take tasks is the one inlined.
+    let after = client.call("place_order", args.clone()).await;
+    assert_eq!(
+        (&after["taskId"], &after["status"]),
+        (&json!(key), &json!("completed"))
+    );
+    assert_eq!(shop::effects("place_order", 101), 1);
+    client.close().await;
+    let mut plain = Client::connect(shop_server(&store, None), false).await;
+    let replayed = plain.call("place_order", args).await;
+    assert_eq!(replayed["structuredContent"], result["structuredContent"]);
+    plain.close().await;
+
+    // Another server on the same store (a restart, or another process) answers for it.
+    let mut other = Client::connect(shop_server(&store, None), true).await;
+    assert_eq!(other.get(&key).await, done);
+    other.close().await;
+}
+
+#[tokio::test]
+async fn tasks_get_reports_a_stored_error_as_completed_and_an_unknown_outcome_as_failed() {
+    let store = memory_store();
+    let mut client = Client::connect(shop_server(&store, None), true).await;
+
+    // A tool error the tool stores (`cache_errors`): completed, with the `isError` result.
+    let refused = client
+        .call("place_order", json!({"order": 202, "refuse": true}))
+        .await;
+    let key = refused["taskId"].as_str().unwrap().to_owned();
+    let task = client.settled(&key).await;
+    assert_eq!(task["status"], "completed", "{task}");
+    assert_eq!(task["result"]["isError"], true, "{task}");
+    assert_eq!(
+        task["result"]["_meta"][CALL_META_KEY]["error"],
+        "tool_failed"
+    );
+    assert!(
+        task["result"]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("order 202 is refused")),
+        "{task}"
+    );
+
+    // A claim whose worker died (its lease ran out): failed, with what to do next; a read
+    // never reruns it, and a retry names the same task without running the body.
+    let args = json!({"order": 203});
+    let key = key_of(&shop::PLACE, &args, None).await;
+    let fingerprint = "dead worker";
+    let outcome = store
+        .claim(crate::store::ClaimRequest {
+            key: &key,
+            tool: "place_order",
+            version: 1,
+            scope: None,
+            fingerprint,
+            args: "{}",
+            lease: core::time::Duration::from_millis(30),
+            ttl: core::time::Duration::from_secs(3_600),
+            worker: "a process that died",
+        })
+        .await
+        .unwrap();
+    assert!(
+        matches!(outcome, crate::store::ClaimOutcome::Acquired { .. }),
+        "{outcome:?}"
+    );
+    let working = client.get(&key).await;
+    assert_eq!(working["status"], "working", "{working}");
+    tokio::time::sleep(core::time::Duration::from_millis(60)).await;
+    let unknown = client.get(&key).await;
+    assert_eq!(unknown["status"], "failed", "{unknown}");
+    assert_eq!(unknown["error"]["code"], -32603, "{unknown}");
+    assert_eq!(unknown["error"]["data"]["code"], "outcome_unknown");
+    assert!(
+        unknown["statusMessage"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("outcome unknown")),
+        "{unknown}"
+    );
+    assert_eq!(client.get(&key).await["status"], "failed");
+    assert_eq!(shop::effects("place_order", 203), 0);
+    client.close().await;
+}
+
+#[tokio::test]
+async fn a_retry_of_an_unknown_outcome_names_its_task_and_runs_nothing() {
+    let store = memory_store();
+    let server = shop_server(&store, None);
+    let args = json!({"order": 204});
+    let key = key_of(&shop::PLACE, &args, None).await;
+    // A worker that dies mid-body: the call is dropped while its body waits, so its lease
+    // (300 ms) runs out with the outcome unknown.
+    shop::gate(204);
+    let worker = {
+        let (server, args) = (server.clone(), args.clone());
+        tokio::spawn(async move { server.run_call("place_order", args, None).await })
+    };
+    while shop::effects("place_order", 204) == 0 {
+        tokio::time::sleep(core::time::Duration::from_millis(5)).await;
+    }
+    worker.abort();
+    let _ = worker.await;
+    tokio::time::sleep(core::time::Duration::from_millis(400)).await;
+
+    let mut client = Client::connect(server, true).await;
+    let retry = client.call("place_order", args).await;
+    assert_eq!(retry["resultType"], "task", "{retry}");
+    assert_eq!(retry["taskId"], key, "{retry}");
+    assert_eq!(retry["status"], "failed", "{retry}");
+    let task = client.get(&key).await;
+    assert_eq!(task["error"]["data"]["code"], "outcome_unknown", "{task}");
+    assert_eq!(task["error"]["data"]["verify"], false, "{task}");
+    shop::open(204);
+    assert_eq!(
+        shop::effects("place_order", 204),
+        1,
+        "the retry ran the body again"
+    );
+    client.close().await;
+}
+
+#[tokio::test]
+async fn a_task_of_another_scope_reads_as_an_unknown_task() {
+    let store = memory_store();
+    let mut acme = Client::connect(shop_server(&store, Some("acme")), true).await;
+    let created = acme.call("place_order", json!({"order": 301})).await;
+    let key = created["taskId"].as_str().unwrap().to_owned();
+    assert_eq!(
+        key,
+        key_of(&shop::PLACE, &json!({"order": 301}), Some("acme")).await
+    );
+    assert_eq!(acme.settled(&key).await["status"], "completed");
+    acme.close().await;
+
+    let mut globex = Client::connect(shop_server(&store, Some("globex")), true).await;
+    let never = "0".repeat(64);
+    for method in ["tasks/get", "tasks/cancel", "tasks/update"] {
+        let mut params = json!({"taskId": key});
+        let mut never_params = json!({"taskId": never});
+        if method == "tasks/update" {
+            params["inputResponses"] = json!({});
+            never_params["inputResponses"] = json!({});
+        }
+        let foreign = globex.error(method, params).await;
+        let unknown = globex.error(method, never_params).await;
+        assert_eq!(foreign["code"], -32602, "{method}: {foreign}");
+        assert_eq!(
+            foreign.to_string().replace(&key, "K"),
+            unknown.to_string().replace(&never, "K"),
+            "{method}: another tenant's task must read like one never created"
+        );
+    }
+    // A key of a tool that takes no tasks names no task either.
+    let plain = globex.call("place_plain", json!({"order": 302})).await;
+    assert!(
+        plain.get("resultType").is_none_or(|t| t == "complete"),
+        "{plain}"
+    );
+    let plain_key = plain["_meta"][CALL_META_KEY]["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        globex
+            .error("tasks/get", json!({"taskId": plain_key}))
+            .await["code"],
+        -32602
+    );
+    globex.close().await;
+}
+
+#[tokio::test]
+async fn cancel_is_acknowledged_while_working_runs_nothing_twice_and_refuses_a_finished_task() {
+    let store = memory_store();
+    let mut client = Client::connect(shop_server(&store, None), true).await;
+    shop::gate(401);
+    let created = client.call("place_order", json!({"order": 401})).await;
+    let key = created["taskId"].as_str().unwrap().to_owned();
+    let ack = client.result("tasks/cancel", json!({"taskId": key})).await;
+    assert_eq!(ack, json!({"resultType": "complete"}));
+    // The call is not stopped mid-effect: it runs to its end and its result is stored.
+    assert_eq!(client.get(&key).await["status"], "working");
+    shop::open(401);
+    let done = client.settled(&key).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["structuredContent"]["order"], 401);
+    let finished = client.error("tasks/cancel", json!({"taskId": key})).await;
+    assert_eq!(finished["code"], -32602, "{finished}");
+    assert!(
+        finished["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("already finished")),
+        "{finished}"
+    );
+    assert_eq!(finished["data"]["state"], "completed");
+    assert_eq!(shop::effects("place_order", 401), 1);
+    // `tasks/update` on a known task: acknowledged (nothing here ever asks for input).
+    let update = client
+        .result("tasks/update", json!({"taskId": key, "inputResponses": {}}))
+        .await;
+    assert_eq!(update, json!({"resultType": "complete"}));
+    client.close().await;
+}
+
+#[tokio::test]
+async fn without_the_extension_or_the_option_a_call_gets_its_result() {
+    let store = memory_store();
+    // A client that takes tasks, a tool that does not: the result.
+    let mut tasks = Client::connect(shop_server(&store, None), true).await;
+    let plain = tasks.call("place_plain", json!({"order": 501})).await;
+    assert_eq!(
+        plain["structuredContent"],
+        json!({"order": 501, "placed": true}),
+        "{plain}"
+    );
+    // Refused before anything of its intent was stored (another intent holds the key): the
+    // plain refusal, never a task naming the other intent's operation.
+    let first = tasks.call("place_order", json!({"order": 502})).await;
+    let key = first["taskId"].as_str().unwrap().to_owned();
+    tasks.settled(&key).await;
+    let reused = tasks
+        .call("place_order", json!({"order": 502, "refuse": true}))
+        .await;
+    assert_eq!(reused["isError"], true, "{reused}");
+    assert_eq!(
+        reused["_meta"][CALL_META_KEY]["error"], "key_reused",
+        "{reused}"
+    );
+    // Invalid arguments: the plain refusal too.
+    let invalid = tasks
+        .result("tools/call", json!({"name": "place_order", "arguments": {"order": 503}, "_meta": {CLIENT_KEY_META_KEY: ""}}))
+        .await;
+    assert_eq!(invalid["isError"], true, "{invalid}");
+    tasks.close().await;
+
+    // A client that does not declare the extension: the result, or -32021 for a tool that
+    // runs only as a task; and the task methods are refused (rmcp's gate).
+    let mut plain = Client::connect(shop_server(&store, None), false).await;
+    let result = plain.call("place_order", json!({"order": 504})).await;
+    assert_eq!(result["structuredContent"]["order"], 504, "{result}");
+    assert!(result.get("taskId").is_none());
+    let required = plain
+        .error(
+            "tools/call",
+            json!({"name": "place_only_as_task", "arguments": {"order": 505}}),
+        )
+        .await;
+    assert_eq!(required["code"], -32021, "{required}");
+    assert_eq!(
+        required["data"]["requiredCapabilities"]["extensions"][rmcp::model::TASKS_EXTENSION_ID],
+        json!({})
+    );
+    assert_eq!(shop::effects("place_only_as_task", 505), 0);
+    assert_eq!(
+        plain.error("tasks/get", json!({"taskId": key})).await["code"],
+        -32021
+    );
+    plain.close().await;
+
+    // The option is published with the contract; a server whose tools take no tasks does
+    // not declare the extension.
+    let mut tasks = Client::connect(shop_server(&store, None), true).await;
+    let tools = tasks.result("tools/list", json!({})).await;
+    let task_of = |name: &str| {
+        tools["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .map(|t| t["_meta"][IDEMPOTENCY_META_KEY]["task"].clone())
+    };
+    assert_eq!(task_of("place_order"), Some(json!("optional")));
+    assert_eq!(task_of("place_plain"), Some(json!("forbidden")));
+    assert_eq!(task_of("place_only_as_task"), Some(json!("required")));
+    let only = tasks
+        .call("place_only_as_task", json!({"order": 506}))
+        .await;
+    assert_eq!(only["resultType"], "task", "{only}");
+    tasks.close().await;
+    let seven = Client::connect(seven(), true).await;
+    assert!(
+        seven.init["capabilities"].get("extensions").is_none(),
+        "{}",
+        seven.init
+    );
+    seven.close().await;
+}
+
+#[tokio::test]
+async fn the_server_returns_only_once_its_running_tasks_have_ended() {
+    let store = memory_store();
+    let mut client = Client::connect(shop_server(&store, None), true).await;
+    shop::gate(601);
+    let created = client.call("place_order", json!({"order": 601})).await;
+    let key = created["taskId"].as_str().unwrap().to_owned();
+    let opener = tokio::spawn(async {
+        tokio::time::sleep(core::time::Duration::from_millis(200)).await;
+        shop::open(601);
+    });
+    // The client goes away while the call runs: the server waits for it to end.
+    client.close().await;
+    opener.await.unwrap();
+    let op = shop_server(&store, None).operation(&key).await.unwrap();
+    assert_eq!(
+        op.map(|op| op.state),
+        Some(crate::OperationState::Completed)
     );
 }

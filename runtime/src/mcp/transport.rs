@@ -78,7 +78,8 @@ const LOCAL_ORIGINS: [&str; 6] = [
 ];
 
 impl McpServer {
-    /// Serves over stdin/stdout (newline-delimited JSON-RPC) until the client closes stdin.
+    /// Serves over stdin/stdout (newline-delimited JSON-RPC) until the client closes stdin
+    /// and the calls running as tasks have ended.
     pub async fn serve_stdio(self) -> std::io::Result<()> {
         let (stdin, stdout) = rmcp::transport::stdio();
         self.serve_io(stdin, stdout).await
@@ -93,16 +94,19 @@ impl McpServer {
         R: AsyncRead + Send + Unpin + 'static,
         W: AsyncWrite + Send + Unpin + 'static,
     {
-        match self.serve(LineTransport::new(reader, writer)).await {
-            Ok(running) => running
-                .waiting()
-                .await
-                .map(drop)
-                .map_err(|e| std::io::Error::other(format!("the MCP service task failed: {e}"))),
-            Err(e) => Err(std::io::Error::other(format!(
-                "the MCP session did not start: {e}"
-            ))),
-        }
+        let server = self.clone();
+        let served =
+            match self.serve(LineTransport::new(reader, writer)).await {
+                Ok(running) => running.waiting().await.map(drop).map_err(|e| {
+                    std::io::Error::other(format!("the MCP service task failed: {e}"))
+                }),
+                Err(e) => Err(std::io::Error::other(format!(
+                    "the MCP session did not start: {e}"
+                ))),
+            };
+        // Calls running as tasks end (store their results) before the server returns.
+        server.wait_for_tasks().await;
+        served
     }
 
     /// Serves streamable HTTP at `http://<addr>/mcp` until the process ends.
@@ -114,7 +118,8 @@ impl McpServer {
 
     /// Serves streamable HTTP at `/mcp` on a bound listener until `shutdown` completes:
     /// then it stops accepting connections, ends rmcp's sessions and event streams, and
-    /// returns once the requests in flight are answered. Binding port 0 and reading
+    /// returns once the requests in flight are answered and the calls running as tasks
+    /// have ended. Binding port 0 and reading
     /// [`local_addr`](tokio::net::TcpListener::local_addr) gives a free port.
     ///
     /// Requests are accepted for the hosts `localhost`, `127.0.0.1` and `::1` only, and
@@ -130,17 +135,23 @@ impl McpServer {
         shutdown: impl Future<Output = ()>,
     ) -> std::io::Result<()> {
         let stop = CancellationToken::new();
+        let server = self.clone();
         let serving = axum::serve(listener, self.router(stop.child_token()))
             .with_graceful_shutdown(stop.clone().cancelled_owned())
             .into_future();
         let mut serving = core::pin::pin!(serving);
         // `shutdown` is polled here rather than handed to axum, which would need it `Send`
         // and `'static`.
-        tokio::select! {
-            result = &mut serving => return result,
-            () = shutdown => stop.cancel(),
-        }
-        serving.await
+        let served = tokio::select! {
+            result = &mut serving => result,
+            () = shutdown => {
+                stop.cancel();
+                serving.await
+            }
+        };
+        // Calls running as tasks end (store their results) before the server returns.
+        server.wait_for_tasks().await;
+        served
     }
 
     /// `/mcp` is rmcp's streamable HTTP service (its sessions end when `stop` is
