@@ -62,6 +62,9 @@ mod tests;
 pub use headers::IDEMPOTENCY_KEY;
 pub use problem::{Problem, ProblemType, PROBLEM_JSON};
 
+/// Re-exported: the web framework the router is built with, to serve, nest and layer it.
+pub use ::axum;
+
 /// The response header that says how a tool call came by its result: `executed`,
 /// `replayed` or `reconciled` ([`Outcome`](crate::Outcome)'s names, as MCP's `_meta`).
 pub const OUTCOME_HEADER: &str = "tool-contracts-outcome";
