@@ -101,7 +101,8 @@ async fn run() -> Result<(), String> {
     tool_contracts::set_default_store(store);
     shop::install_ledger(ledger_path.clone());
     let registry = tool_contracts::try_registry().map_err(|e| e.to_string())?;
-    let mut tools = HttpTools::new(registry.clone()).with_info("http_shop", env!("CARGO_PKG_VERSION"));
+    let mut tools =
+        HttpTools::new(registry.clone()).with_info("http_shop", env!("CARGO_PKG_VERSION"));
     if options.tenant_header {
         tools = tools.with_tenant(|parts| match parts.headers.get(TENANT_HEADER) {
             Some(value) => match value.to_str() {

@@ -289,8 +289,8 @@ impl<'a> Walk<'a> {
         let Some(last) = values.into_iter().last() else {
             return Ok(Value::Null);
         };
-        let boolean = shape.admits("boolean")
-            && shape.types.iter().all(|t| matches!(*t, "boolean" | "null"));
+        let boolean =
+            shape.admits("boolean") && shape.types.iter().all(|t| matches!(*t, "boolean" | "null"));
         if count > 1 && !boolean {
             return Err((
                 path.to_owned(),
@@ -461,7 +461,10 @@ mod tests {
     fn a_value_that_does_not_convert_names_its_field() {
         let (at, message) = field("user_id=seven");
         assert_eq!(at.as_deref(), Some("user_id"));
-        assert!(message.contains("`user_id` must be an integer, not \"seven\""), "{message}");
+        assert!(
+            message.contains("`user_id` must be an integer, not \"seven\""),
+            "{message}"
+        );
         let (at, message) = field("cart.items.0.qty=2.5");
         assert_eq!(at.as_deref(), Some("cart.items.0.qty"));
         assert!(message.contains("must be an integer"), "{message}");
@@ -486,7 +489,9 @@ mod tests {
         let (at, _) = field("cart.items.first.sku=a");
         assert_eq!(at.as_deref(), Some("cart.items.first"));
         // Ten items and more sort by number, not text.
-        let body: String = (0..12).map(|i| format!("cart.items.{i}.qty={i}&")).collect();
+        let body: String = (0..12)
+            .map(|i| format!("cart.items.{i}.qty={i}&"))
+            .collect();
         let got = args(&body).unwrap();
         let qty: Vec<u64> = got["cart"]["items"]
             .as_array()

@@ -84,7 +84,10 @@ pub(super) fn prefers_representation(headers: &HeaderMap) -> bool {
         .any(|pref| match pref.split_once('=') {
             Some((name, value)) => {
                 name.trim().eq_ignore_ascii_case("return")
-                    && value.trim().trim_matches('"').eq_ignore_ascii_case("representation")
+                    && value
+                        .trim()
+                        .trim_matches('"')
+                        .eq_ignore_ascii_case("representation")
             }
             None => false,
         })
@@ -148,7 +151,9 @@ pub(super) fn body_kind(headers: &HeaderMap) -> Result<BodyKind, String> {
     let Some(value) = headers.get(header::CONTENT_TYPE) else {
         return Err("no Content-Type".to_owned());
     };
-    let text = value.to_str().map_err(|_| "an unreadable Content-Type".to_owned())?;
+    let text = value
+        .to_str()
+        .map_err(|_| "an unreadable Content-Type".to_owned())?;
     let media = text
         .parse::<mime::Mime>()
         .map_err(|_| format!("Content-Type `{text}`"))?;

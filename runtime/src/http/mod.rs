@@ -321,7 +321,10 @@ async fn call_tool(
         Err(response) => return response,
     };
     let Some(tool) = tools.registry.get(&name) else {
-        return refuse(Problem::from_error(&tools.registry.unknown_tool(&name), None));
+        return refuse(Problem::from_error(
+            &tools.registry.unknown_tool(&name),
+            None,
+        ));
     };
     let client_key = match headers::client_key(&parts.headers, &name) {
         Ok(key) => key,
@@ -334,7 +337,11 @@ async fn call_tool(
     let prefix = tools.prefix(&original, "/tools/");
     let call = tools.registry.call(&name, args);
     match tools.in_context(tenant, client_key.as_deref(), call).await {
-        Ok(output) => answer(output, &prefix, headers::prefers_representation(&parts.headers)),
+        Ok(output) => answer(
+            output,
+            &prefix,
+            headers::prefers_representation(&parts.headers),
+        ),
         Err(e) => {
             tracing::debug!(tool = %name, code = e.code(), key = ?e.key(), "tool-contracts: HTTP call answered with a problem");
             let operation = operation_link(tool, &e, &prefix);
@@ -391,7 +398,10 @@ fn arguments(
 /// The answer to a call that returned a result.
 fn answer(output: ToolOutput, prefix: &str, representation: bool) -> Response {
     let ToolOutput {
-        value, key, outcome, ..
+        value,
+        key,
+        outcome,
+        ..
     } = output;
     let Some(key) = key else {
         // A read-only tool: no key, no operation, nothing stored.
@@ -510,9 +520,9 @@ fn operation_status(state: OperationState) -> StatusCode {
 
 fn operation_response(op: &Operation, html: bool) -> Response {
     let status = operation_status(op.state);
-    let retry_after = op
-        .lease_remaining
-        .map(|lease| problem::retry_after_secs(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX)));
+    let retry_after = op.lease_remaining.map(|lease| {
+        problem::retry_after_secs(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX))
+    });
     let mut response = if html {
         html_response(status, html::operation_page(op, retry_after))
     } else {
@@ -559,7 +569,10 @@ async fn method_not_allowed(parts: Parts) -> Response {
             parts.uri.path()
         ),
     );
-    with_vary(respond_problem(problem, headers::prefers_html(&parts.headers)))
+    with_vary(respond_problem(
+        problem,
+        headers::prefers_html(&parts.headers),
+    ))
 }
 
 /// A problem as JSON, or as a page for a browser.
@@ -585,7 +598,10 @@ fn respond_problem(problem: Problem, html: bool) -> Response {
 fn json_response(status: StatusCode, value: &Value) -> Response {
     (
         status,
-        [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
         value.to_string(),
     )
         .into_response()

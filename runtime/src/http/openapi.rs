@@ -27,7 +27,10 @@ pub(super) fn document(registry: &Registry, title: &str, version: &str, server: 
     let mut paths = Map::new();
     for tool in registry.iter() {
         let path = format!("/tools/{}", encode_segment(tool.name()));
-        paths.insert(path, json!({ "post": tool_operation(tool, &mut components) }));
+        paths.insert(
+            path,
+            json!({ "post": tool_operation(tool, &mut components) }),
+        );
     }
     paths.insert("/operations/{key}".to_owned(), operation_path());
     paths.insert(
@@ -51,8 +54,12 @@ pub(super) fn document(registry: &Registry, title: &str, version: &str, server: 
             "responses": {"200": {"description": "OpenAPI 3.1", "content": {"application/json": {"schema": {"type": "object"}}}}}
         }}),
     );
-    components.schemas.insert("Operation".to_owned(), operation_schema());
-    components.schemas.insert("Problem".to_owned(), problem_schema());
+    components
+        .schemas
+        .insert("Operation".to_owned(), operation_schema());
+    components
+        .schemas
+        .insert("Problem".to_owned(), problem_schema());
     json!({
         "openapi": OPENAPI_VERSION,
         "info": {
@@ -237,7 +244,8 @@ fn responses() -> Value {
         });
         match status {
             409 => {
-                response["headers"] = json!({"Retry-After": {"schema": {"type": "integer", "minimum": 1}}});
+                response["headers"] =
+                    json!({"Retry-After": {"schema": {"type": "integer", "minimum": 1}}});
             }
             405 => {
                 response["headers"] = json!({"Allow": {"schema": {"type": "string"}}});

@@ -14,7 +14,8 @@ pub const PROBLEM_JSON: &str = "application/problem+json";
 
 /// Where the problem types are documented: each type's URI is this page with the variant's
 /// anchor, so a person who follows a `type` lands on its description.
-const TYPE_BASE: &str = "https://docs.rs/tool-contracts/latest/tool_contracts/http/enum.ProblemType.html#variant.";
+const TYPE_BASE: &str =
+    "https://docs.rs/tool-contracts/latest/tool_contracts/http/enum.ProblemType.html#variant.";
 
 /// The problem types this router answers with. A problem's `type` is
 /// `https://docs.rs/tool-contracts/latest/tool_contracts/http/enum.ProblemType.html#variant.<Variant>`,

@@ -29,8 +29,7 @@ mod fixtures {
     use serde_json::{json, Value};
 
     use crate::__private::{
-        decode_args, decode_tool_args, execute_with, Attempt, CallBuilder, Codec, Ops,
-        SchemaCell,
+        decode_args, decode_tool_args, execute_with, Attempt, CallBuilder, Codec, Ops, SchemaCell,
     };
     use crate::error::Error;
     use crate::registry::{BoxFuture, Context, ToolDescriptor};
@@ -121,20 +120,22 @@ mod fixtures {
         let call = builder(&args).finish();
         let ops = Ops::new(Codec::<Value>::json(), Fail::Contract);
         let body = async move {
-            Attempt::Ran(async {
-                match args.user_id {
-                    DECLINED => return Err(Fail::Declined(args.user_id)),
-                    CRASHES => {
-                        effect(args.user_id);
-                        return Err(Fail::Crashed);
+            Attempt::Ran(
+                async {
+                    match args.user_id {
+                        DECLINED => return Err(Fail::Declined(args.user_id)),
+                        CRASHES => {
+                            effect(args.user_id);
+                            return Err(Fail::Crashed);
+                        }
+                        SLOW => tokio::time::sleep(Duration::from_millis(600)).await,
+                        _ => {}
                     }
-                    SLOW => tokio::time::sleep(Duration::from_millis(600)).await,
-                    _ => {}
+                    let run = effect(args.user_id);
+                    Ok(json!({"user_id": args.user_id, "cart_id": args.cart.id, "run": run}))
                 }
-                let run = effect(args.user_id);
-                Ok(json!({"user_id": args.user_id, "cart_id": args.cart.id, "run": run}))
-            }
-            .await)
+                .await,
+            )
         };
         let crashed: fn(&Fail) -> bool = |e| matches!(e, Fail::Crashed);
         execute_with(call, ops, body, Some(crashed), false).await
@@ -269,12 +270,20 @@ impl Answer {
     /// A problem document, checked for its RFC 9457 shape; returns it.
     fn problem(&self, kind: ProblemType) -> Value {
         assert_eq!(self.status, kind.status(), "{}", self.text);
-        assert_eq!(self.header("content-type"), Some(PROBLEM_JSON), "{}", self.text);
+        assert_eq!(
+            self.header("content-type"),
+            Some(PROBLEM_JSON),
+            "{}",
+            self.text
+        );
         let doc = self.json();
         assert_eq!(doc["type"], kind.uri(), "{doc}");
         assert_eq!(doc["status"], kind.status().as_u16(), "{doc}");
         assert_eq!(doc["title"], kind.title(), "{doc}");
-        assert!(doc["detail"].as_str().is_some_and(|d| !d.is_empty()), "{doc}");
+        assert!(
+            doc["detail"].as_str().is_some_and(|d| !d.is_empty()),
+            "{doc}"
+        );
         doc
     }
 }
@@ -358,7 +367,10 @@ async fn a_call_redirects_to_its_operation_and_a_replay_to_the_same_one() {
         assert_eq!(doc["state"], "completed");
         assert_eq!(doc["key"], key);
         assert_eq!(doc["tool"], "place");
-        assert_eq!(doc["result"], json!({"user_id": 101, "cart_id": "c-1", "run": 1}));
+        assert_eq!(
+            doc["result"],
+            json!({"user_id": 101, "cart_id": "c-1", "run": 1})
+        );
     }
     assert_eq!(effects(101), 1, "reads run nothing");
 
@@ -371,7 +383,11 @@ async fn a_call_redirects_to_its_operation_and_a_replay_to_the_same_one() {
         .map(|e| e["kind"].as_str().unwrap())
         .collect();
     assert_eq!(kinds.first(), Some(&"claimed"), "{history}");
-    assert!(send(&app, get(&location)).await.json().get("history").is_none());
+    assert!(send(&app, get(&location))
+        .await
+        .json()
+        .get("history")
+        .is_none());
 }
 
 #[tokio::test]
@@ -384,8 +400,14 @@ async fn prefer_return_representation_answers_the_result_where_it_is_stored() {
         .unwrap();
     let answer = send(&app, request).await;
     assert_eq!(answer.status, StatusCode::OK, "{}", answer.text);
-    assert_eq!(answer.json(), json!({"user_id": 102, "cart_id": "c-1", "run": 1}));
-    assert_eq!(answer.header("preference-applied"), Some("return=representation"));
+    assert_eq!(
+        answer.json(),
+        json!({"user_id": 102, "cart_id": "c-1", "run": 1})
+    );
+    assert_eq!(
+        answer.header("preference-applied"),
+        Some("return=representation")
+    );
     let location = answer.header("content-location").unwrap().to_owned();
     let read = send(&app, get(&location)).await;
     assert_eq!(
@@ -402,8 +424,16 @@ async fn read_only_tools_answer_their_result_directly() {
     assert_eq!(answer.status, StatusCode::OK);
     assert_eq!(answer.json(), json!(7));
     assert!(answer.header("location").is_none());
-    let empty = send(&app, Request::post("/tools/seven").body(Body::empty()).unwrap()).await;
-    assert_eq!(empty.status, StatusCode::OK, "an empty body is no arguments");
+    let empty = send(
+        &app,
+        Request::post("/tools/seven").body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(
+        empty.status,
+        StatusCode::OK,
+        "an empty body is no arguments"
+    );
 }
 
 #[tokio::test]
@@ -419,7 +449,11 @@ async fn the_idempotency_key_header_narrows_a_call_as_the_mcp_client_key_does() 
     };
     let a = send(&app, keyed("intent-a")).await;
     assert_eq!(a.status, StatusCode::SEE_OTHER);
-    assert_ne!(a.location(), plain.location(), "another client key is another call");
+    assert_ne!(
+        a.location(),
+        plain.location(),
+        "another client key is another call"
+    );
     assert_eq!(effects(103), 2);
     // Bare or as an RFC 8941 string: the same key.
     let again = send(&app, keyed("\"intent-a\"")).await;
@@ -427,10 +461,9 @@ async fn the_idempotency_key_header_narrows_a_call_as_the_mcp_client_key_does() 
     assert_eq!(again.header(OUTCOME_HEADER), Some("replayed"));
     assert_eq!(effects(103), 2);
     // Exactly the key MCP's `idempotencyKey: "intent-a"` makes: the scope `client:intent-a`.
-    let expected = with_scope(
-        crate::ambient::client_scope("intent-a"),
-        async { fixtures::PLACE.key(&order(103, "c-1", "")) },
-    )
+    let expected = with_scope(crate::ambient::client_scope("intent-a"), async {
+        fixtures::PLACE.key(&order(103, "c-1", ""))
+    })
     .await
     .unwrap()
     .unwrap();
@@ -450,9 +483,7 @@ async fn another_tenants_operation_is_404_exactly_like_a_key_never_used() {
     let app = tenant_app();
     let as_tenant = |tenant: &str, request: Request<Body>| {
         let (mut parts, body) = request.into_parts();
-        parts
-            .headers
-            .insert("x-tenant", tenant.parse().unwrap());
+        parts.headers.insert("x-tenant", tenant.parse().unwrap());
         Request::from_parts(parts, body)
     };
     let made = send(
@@ -470,8 +501,14 @@ async fn another_tenants_operation_is_404_exactly_like_a_key_never_used() {
     let never = send(&app, as_tenant("acme", get(&never))).await;
     let never = never.problem(ProblemType::OperationNotFound);
     assert_eq!(
-        foreign["detail"].as_str().unwrap().replace(key_of(&location), "K"),
-        never["detail"].as_str().unwrap().replace(&"0".repeat(64), "K"),
+        foreign["detail"]
+            .as_str()
+            .unwrap()
+            .replace(key_of(&location), "K"),
+        never["detail"]
+            .as_str()
+            .unwrap()
+            .replace(&"0".repeat(64), "K"),
         "nothing tells a foreign key from one never used"
     );
     // The same intent in another tenant is another call.
@@ -504,12 +541,36 @@ async fn another_tenants_operation_is_404_exactly_like_a_key_never_used() {
 async fn invalid_arguments_are_400_naming_the_field_and_run_nothing() {
     let (app, _) = app();
     let cases = [
-        (post_json("/tools/place", json!({"user_id": "x", "cart": {"id": "c"}, "note": ""})), Some("user_id")),
-        (post_json("/tools/place", json!({"user_id": 105, "cart": {"id": "c", "gift": 1}, "note": ""})), Some("cart.gift")),
+        (
+            post_json(
+                "/tools/place",
+                json!({"user_id": "x", "cart": {"id": "c"}, "note": ""}),
+            ),
+            Some("user_id"),
+        ),
+        (
+            post_json(
+                "/tools/place",
+                json!({"user_id": 105, "cart": {"id": "c", "gift": 1}, "note": ""}),
+            ),
+            Some("cart.gift"),
+        ),
         (post_json("/tools/place", json!([1])), None),
-        (post_form("/tools/place", "user_id=seven&cart.id=c&note="), Some("user_id")),
-        (post_form("/tools/place", "user_id=105&cart.id=c&cart.express=maybe&note="), Some("cart.express")),
-        (post_form("/tools/place", "user_id=105&cart.idd=c&note="), Some("cart.idd")),
+        (
+            post_form("/tools/place", "user_id=seven&cart.id=c&note="),
+            Some("user_id"),
+        ),
+        (
+            post_form(
+                "/tools/place",
+                "user_id=105&cart.id=c&cart.express=maybe&note=",
+            ),
+            Some("cart.express"),
+        ),
+        (
+            post_form("/tools/place", "user_id=105&cart.idd=c&note="),
+            Some("cart.idd"),
+        ),
         (
             Request::post("/tools/place")
                 .header(header::CONTENT_TYPE, "application/json")
@@ -528,7 +589,10 @@ async fn invalid_arguments_are_400_naming_the_field_and_run_nothing() {
     // A form with a checkbox: converted by the schema, and a valid call.
     let ok = send(
         &app,
-        post_form("/tools/place", "user_id=105&cart.id=c&cart.express=false&cart.express=on&note="),
+        post_form(
+            "/tools/place",
+            "user_id=105&cart.id=c&cart.express=false&cart.express=on&note=",
+        ),
     )
     .await;
     assert_eq!(ok.status, StatusCode::SEE_OTHER, "{}", ok.text);
@@ -542,7 +606,10 @@ async fn an_unknown_tool_is_404_with_the_closest_name() {
         .await
         .problem(ProblemType::UnknownTool);
     assert_eq!(doc["suggestion"], "place");
-    assert!(doc["detail"].as_str().unwrap().contains("did you mean `place`"));
+    assert!(doc["detail"]
+        .as_str()
+        .unwrap()
+        .contains("did you mean `place`"));
 }
 
 #[tokio::test]
@@ -590,7 +657,10 @@ async fn a_tool_error_is_422_and_leaves_no_operation() {
     let (app, _) = app();
     let answer = send(&app, post_json("/tools/place", order(DECLINED, "c-1", ""))).await;
     let doc = answer.problem(ProblemType::ToolFailed);
-    assert!(doc["detail"].as_str().unwrap().contains("card declined"), "{doc}");
+    assert!(
+        doc["detail"].as_str().unwrap().contains("card declined"),
+        "{doc}"
+    );
     assert!(doc.get("operation").is_none(), "released: nothing to read");
     let key = doc["key"].as_str().unwrap();
     let read = send(&app, get(&format!("/operations/{key}"))).await;
@@ -607,7 +677,12 @@ async fn an_unknown_outcome_is_500_on_the_retry_and_on_the_operation() {
     assert_eq!(effects(CRASHES), 1, "never a second run");
     let operation = doc["operation"].as_str().unwrap();
     let read = send(&app, get(operation)).await;
-    assert_eq!(read.status, StatusCode::INTERNAL_SERVER_ERROR, "{}", read.text);
+    assert_eq!(
+        read.status,
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "{}",
+        read.text
+    );
     assert_eq!(read.header("content-type"), Some("application/json"));
     assert_eq!(read.json()["state"], "unknown");
 }
@@ -636,7 +711,12 @@ async fn a_stored_error_is_read_with_422() {
     };
     store.complete("k-failed", token, completion).await.unwrap();
     let read = send(&app, get("/operations/k-failed")).await;
-    assert_eq!(read.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", read.text);
+    assert_eq!(
+        read.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        read.text
+    );
     assert_eq!(read.json()["state"], "failed");
     assert_eq!(read.json()["error"], json!({"code": "declined"}));
 }
@@ -687,11 +767,16 @@ impl Store for DownStore {
 
 #[tokio::test]
 async fn a_store_that_is_down_is_503_and_nothing_runs() {
-    let app: Router = HttpTools::new(registry()).with_store(DownStore).into_router();
+    let app: Router = HttpTools::new(registry())
+        .with_store(DownStore)
+        .into_router();
     let answer = send(&app, post_json("/tools/place", order(107, "c-1", ""))).await;
     let doc = answer.problem(ProblemType::StoreUnavailable);
     assert_eq!(doc["code"], "store");
-    assert!(doc["detail"].as_str().unwrap().contains("nothing was run"), "{doc}");
+    assert!(
+        doc["detail"].as_str().unwrap().contains("nothing was run"),
+        "{doc}"
+    );
     assert_eq!(effects(107), 0);
     let read = send(&app, get(&format!("/operations/{}", "0".repeat(64)))).await;
     read.problem(ProblemType::StoreUnavailable);
@@ -718,7 +803,9 @@ async fn bodies_are_bounded_typed_and_methods_checked() {
         answer.header("accept-post"),
         Some("application/json, application/x-www-form-urlencoded")
     );
-    let untyped = Request::post("/tools/place").body(Body::from("{}")).unwrap();
+    let untyped = Request::post("/tools/place")
+        .body(Body::from("{}"))
+        .unwrap();
     send(&app, untyped)
         .await
         .problem(ProblemType::UnsupportedMediaType);
@@ -728,7 +815,9 @@ async fn bodies_are_bounded_typed_and_methods_checked() {
     assert_eq!(wrong.header("allow"), Some("POST"));
     let wrong = send(
         &app,
-        Request::delete("/operations/k").body(Body::empty()).unwrap(),
+        Request::delete("/operations/k")
+            .body(Body::empty())
+            .unwrap(),
     )
     .await;
     wrong.problem(ProblemType::MethodNotAllowed);
@@ -780,15 +869,28 @@ async fn browsers_get_pages_with_everything_escaped() {
     };
     let page = send(&app, browser(&location)).await;
     assert_eq!(page.status, StatusCode::OK);
-    assert_eq!(page.header("content-type"), Some("text/html; charset=utf-8"));
+    assert_eq!(
+        page.header("content-type"),
+        Some("text/html; charset=utf-8")
+    );
     assert_eq!(page.header("vary"), Some("accept"));
-    assert!(page.text.contains("data-state=\"completed\""), "{}", page.text);
-    assert!(page.text.contains("&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;"));
+    assert!(
+        page.text.contains("data-state=\"completed\""),
+        "{}",
+        page.text
+    );
+    assert!(page
+        .text
+        .contains("&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;"));
     assert!(!page.text.contains("<script>"), "{}", page.text);
     // Problems too, for a browser.
     let missing = send(&app, browser("/operations/%3Cb%3Enope%3C%2Fb%3E")).await;
     assert_eq!(missing.status, StatusCode::NOT_FOUND);
-    assert!(missing.text.contains("&lt;b&gt;nope&lt;/b&gt;"), "{}", missing.text);
+    assert!(
+        missing.text.contains("&lt;b&gt;nope&lt;/b&gt;"),
+        "{}",
+        missing.text
+    );
     assert!(!missing.text.contains("<b>nope"));
 }
 
@@ -796,16 +898,31 @@ async fn browsers_get_pages_with_everything_escaped() {
 async fn nested_under_a_prefix_the_links_keep_it() {
     let tools = HttpTools::new(registry()).with_store(MemoryStore::new());
     let app: Router = Router::new().nest("/api/v1", tools.clone().into_router());
-    let made = send(&app, post_json("/api/v1/tools/place", order(111, "c-1", ""))).await;
-    assert!(made.location().starts_with("/api/v1/operations/"), "{}", made.location());
-    assert_eq!(send(&app, get(made.location())).await.status, StatusCode::OK);
+    let made = send(
+        &app,
+        post_json("/api/v1/tools/place", order(111, "c-1", "")),
+    )
+    .await;
+    assert!(
+        made.location().starts_with("/api/v1/operations/"),
+        "{}",
+        made.location()
+    );
+    assert_eq!(
+        send(&app, get(made.location())).await.status,
+        StatusCode::OK
+    );
     let doc = send(&app, get("/api/v1/openapi.json")).await.json();
     assert_eq!(doc["servers"][0]["url"], "/api/v1");
 
     // Behind a proxy that strips `/shop`: the base path says where clients reach it.
     let proxied: Router = tools.with_base_path("/shop/").into_router();
     let made = send(&proxied, post_json("/tools/place", order(111, "c-2", ""))).await;
-    assert!(made.location().starts_with("/shop/operations/"), "{}", made.location());
+    assert!(
+        made.location().starts_with("/shop/operations/"),
+        "{}",
+        made.location()
+    );
 }
 
 #[tokio::test]
@@ -824,7 +941,10 @@ fn assert_refs_resolve(doc: &Value, node: &Value) {
                 if name == "$ref" {
                     let reference = value.as_str().unwrap();
                     let pointer = reference.strip_prefix('#').unwrap();
-                    assert!(doc.pointer(pointer).is_some(), "{reference} does not resolve");
+                    assert!(
+                        doc.pointer(pointer).is_some(),
+                        "{reference} does not resolve"
+                    );
                 } else {
                     assert_refs_resolve(doc, value);
                 }
@@ -851,10 +971,19 @@ async fn the_openapi_document_describes_every_route_and_its_refs_resolve() {
         "#/components/schemas/place.arguments"
     );
     let arguments = &doc["components"]["schemas"]["place.arguments"];
-    assert_eq!(arguments["properties"]["cart"]["$ref"], "#/components/schemas/Cart");
+    assert_eq!(
+        arguments["properties"]["cart"]["$ref"],
+        "#/components/schemas/Cart"
+    );
     assert!(arguments.get("$defs").is_none() && arguments.get("$schema").is_none());
-    assert_eq!(doc["paths"]["/tools/seven"]["post"]["responses"]["200"]["content"]["application/json"]["schema"]["$ref"], "#/components/schemas/seven.result");
-    assert!(doc["paths"]["/tools/seven"]["post"]["responses"].get("303").is_none());
+    assert_eq!(
+        doc["paths"]["/tools/seven"]["post"]["responses"]["200"]["content"]["application/json"]
+            ["schema"]["$ref"],
+        "#/components/schemas/seven.result"
+    );
+    assert!(doc["paths"]["/tools/seven"]["post"]["responses"]
+        .get("303")
+        .is_none());
     for path in ["/operations/{key}", "/tools", "/openapi.json"] {
         assert!(doc["paths"][path]["get"].is_object(), "{path}");
     }
@@ -871,24 +1000,48 @@ fn moved_definitions_keep_apart_when_they_differ_and_share_when_equal() {
     let b_name = components.add("b.arguments", b);
     let again = components.add("c.arguments", a);
     let schemas = components.schemas();
-    assert_eq!(schemas[&a_name]["properties"]["cart"]["$ref"], "#/components/schemas/Cart");
-    assert_eq!(schemas[&a_name]["properties"]["me"]["$ref"], "#/components/schemas/a.arguments");
-    assert_eq!(schemas["Cart"]["properties"]["parent"]["$ref"], "#/components/schemas/Cart");
-    assert_eq!(schemas[&b_name]["properties"]["cart"]["$ref"], "#/components/schemas/Cart_2");
+    assert_eq!(
+        schemas[&a_name]["properties"]["cart"]["$ref"],
+        "#/components/schemas/Cart"
+    );
+    assert_eq!(
+        schemas[&a_name]["properties"]["me"]["$ref"],
+        "#/components/schemas/a.arguments"
+    );
+    assert_eq!(
+        schemas["Cart"]["properties"]["parent"]["$ref"],
+        "#/components/schemas/Cart"
+    );
+    assert_eq!(
+        schemas[&b_name]["properties"]["cart"]["$ref"],
+        "#/components/schemas/Cart_2"
+    );
     assert_eq!(schemas["Cart_2"]["properties"]["id"]["type"], "integer");
-    assert_eq!(schemas[&again]["properties"]["cart"]["$ref"], "#/components/schemas/Cart", "equal definitions share one component");
+    assert_eq!(
+        schemas[&again]["properties"]["cart"]["$ref"], "#/components/schemas/Cart",
+        "equal definitions share one component"
+    );
     assert!(!schemas.contains_key("Cart_3"));
 }
 
 #[test]
 fn every_problem_type_has_its_status_code_title_and_documented_uri() {
     for kind in ProblemType::ALL {
-        assert!(kind.uri().starts_with("https://docs.rs/tool-contracts/"), "{kind:?}");
-        assert!(kind.uri().ends_with(&format!("#variant.{kind:?}")), "{kind:?}");
+        assert!(
+            kind.uri().starts_with("https://docs.rs/tool-contracts/"),
+            "{kind:?}"
+        );
+        assert!(
+            kind.uri().ends_with(&format!("#variant.{kind:?}")),
+            "{kind:?}"
+        );
         assert!(!kind.title().is_empty());
         assert!(kind.status().is_client_error() || kind.status().is_server_error());
     }
-    let statuses: Vec<(ProblemType, u16)> = ProblemType::ALL.iter().map(|k| (*k, k.status().as_u16())).collect();
+    let statuses: Vec<(ProblemType, u16)> = ProblemType::ALL
+        .iter()
+        .map(|k| (*k, k.status().as_u16()))
+        .collect();
     for (kind, status) in [
         (ProblemType::InvalidArguments, 400),
         (ProblemType::UnknownTool, 404),
