@@ -109,7 +109,7 @@ async fn run() -> Result<(), String> {
                 Ok(tenant) => Ok(Some(tenant.to_owned())),
                 Err(_) => Err(Problem::from_status(StatusCode::BAD_REQUEST)
                     .with_detail("`X-Tenant` must be visible ASCII")
-                    .into_response()),
+                    .into()),
             },
             None => Err((
                 [(header::WWW_AUTHENTICATE, "X-Tenant")],
@@ -117,7 +117,7 @@ async fn run() -> Result<(), String> {
                     "this shop runs with --tenant-header: send `X-Tenant: <tenant>` (a stand-in for real authentication)",
                 ),
             )
-                .into_response()),
+                .into()),
         });
     }
     let app = axum::Router::new()

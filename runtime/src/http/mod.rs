@@ -75,9 +75,34 @@ pub const OUTCOME_HEADER: &str = "tool-contracts-outcome";
 pub const DEFAULT_MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
 
 /// The function that gives each request's tenant scope: `Ok(Some(scope))` runs and reads
-/// in that scope, `Ok(None)` in none, `Err(response)` refuses the request with that
-/// response (a `401` [`Problem`], say).
-pub type TenantFn = dyn Fn(&Parts) -> Result<Option<String>, Response> + Send + Sync;
+/// in that scope, `Ok(None)` in none, `Err(rejection)` refuses the request with the
+/// rejection's response (a `401` [`Problem`], say).
+pub type TenantFn = dyn Fn(&Parts) -> Result<Option<String>, Rejection> + Send + Sync;
+
+/// A tenant function's refusal: the response the request gets instead, nothing run. Made
+/// from anything axum can answer with:
+/// `Err(Problem::from_status(StatusCode::UNAUTHORIZED).into())`. (Boxed, so a tenant
+/// function's `Result` stays small.)
+#[derive(Debug)]
+pub struct Rejection(Box<Response>);
+
+impl Rejection {
+    /// A refusal answered with `response`.
+    pub fn new(response: impl IntoResponse) -> Rejection {
+        Rejection(Box::new(response.into_response()))
+    }
+
+    /// The response the request gets.
+    pub fn into_response(self) -> Response {
+        *self.0
+    }
+}
+
+impl<R: IntoResponse> From<R> for Rejection {
+    fn from(response: R) -> Rejection {
+        Rejection::new(response)
+    }
+}
 
 /// The tools of a [`Registry`] over HTTP: a builder of the [`axum::Router`] that serves
 /// them ([`into_router`](HttpTools::into_router)).
@@ -147,8 +172,8 @@ impl HttpTools {
     /// The tenant scope of each request, from the request (in practice from its
     /// authentication: read what your auth layer put in `parts.extensions`). Calls run, and
     /// operations are read, in that scope: another tenant's operation is `404`, exactly
-    /// like a key never used (docs/security.md, "Reading operations"). `Err(response)`
-    /// refuses the request with that response; nothing runs.
+    /// like a key never used (docs/security.md, "Reading operations"). `Err(rejection)`
+    /// refuses the request with the [`Rejection`]'s response; nothing runs.
     ///
     /// It runs for `POST /tools/{name}` and `GET /operations/{key}`, not for `/tools` and
     /// `/openapi.json`. A scope that is empty or has control characters is a `500`
@@ -156,8 +181,7 @@ impl HttpTools {
     ///
     /// ```
     /// # use tool_contracts_runtime as tool_contracts;
-    /// use axum::http::StatusCode;
-    /// use axum::response::IntoResponse;
+    /// use tool_contracts::http::axum::http::StatusCode;
     /// use tool_contracts::http::{HttpTools, Problem};
     ///
     /// #[derive(Clone)]
@@ -166,13 +190,13 @@ impl HttpTools {
     /// let tools = HttpTools::new(tool_contracts::registry().clone()).with_tenant(|parts| {
     ///     match parts.extensions.get::<Account>() {
     ///         Some(account) => Ok(Some(account.tenant.clone())),
-    ///         None => Err(Problem::from_status(StatusCode::UNAUTHORIZED).into_response()),
+    ///         None => Err(Problem::from_status(StatusCode::UNAUTHORIZED).into()),
     ///     }
     /// });
     /// ```
     pub fn with_tenant<F>(mut self, tenant: F) -> Self
     where
-        F: Fn(&Parts) -> Result<Option<String>, Response> + Send + Sync + 'static,
+        F: Fn(&Parts) -> Result<Option<String>, Rejection> + Send + Sync + 'static,
     {
         self.tenant = Some(Arc::new(tenant));
         self
@@ -249,8 +273,8 @@ impl HttpTools {
             .map_or_else(String::new, |i| path[..i].to_owned())
     }
 
-    /// The request's tenant scope, or the response that refuses it.
-    fn tenant_of(&self, parts: &Parts, html: bool) -> Result<Option<String>, Response> {
+    /// The request's tenant scope, or the refusal.
+    fn tenant_of(&self, parts: &Parts, html: bool) -> Result<Option<String>, Rejection> {
         let Some(tenant) = &self.tenant else {
             return Ok(None);
         };
@@ -262,7 +286,7 @@ impl HttpTools {
                     ProblemType::Misconfigured,
                     "the server's tenant function gave this request an invalid scope (empty, or with control characters); nothing ran. This is the server's fault: tell its operator",
                 );
-                return Err(respond_problem(problem, html));
+                return Err(Rejection::new(respond_problem(problem, html)));
             }
         }
         Ok(scope)
@@ -318,7 +342,7 @@ async fn call_tool(
     }
     let tenant = match tools.tenant_of(&parts, html) {
         Ok(tenant) => tenant,
-        Err(response) => return response,
+        Err(rejection) => return rejection.into_response(),
     };
     let Some(tool) = tools.registry.get(&name) else {
         return refuse(Problem::from_error(
@@ -480,7 +504,7 @@ async fn read_operation(
     };
     let tenant = match tools.tenant_of(&parts, html) {
         Ok(tenant) => tenant,
-        Err(response) => return response,
+        Err(rejection) => return rejection.into_response(),
     };
     let history = parts.uri.query().is_some_and(|query| {
         form_urlencoded::parse(query.as_bytes())

@@ -243,7 +243,7 @@ fn tenant_app() -> Router {
             Some(tenant) => Ok(Some(tenant.to_str().unwrap_or("").to_owned())),
             None => Err(Problem::from_status(StatusCode::UNAUTHORIZED)
                 .with_detail("send x-tenant")
-                .into_response()),
+                .into()),
         })
         .into_router()
 }
