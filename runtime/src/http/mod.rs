@@ -162,7 +162,7 @@ impl HttpTools {
     }
 
     /// Runs every call and read with this store (axum runs each request in a task of its
-    /// own, where a store installed with [`with_store`](crate::with_store) around the
+    /// own, where a store installed with [`with_store`] around the
     /// server is not seen).
     pub fn with_store<S: Store>(mut self, store: S) -> Self {
         self.store = Some(Arc::new(store));
