@@ -6,9 +6,13 @@
 # mid-call and restarted (the retry is an unknown outcome, never a second effect), and a
 # store that is locked (503, nothing ran).
 #
+# The OpenAPI document is validated with openapi-spec-validator from PyPI, pinned in
+# tests/http/requirements.txt and installed into a virtual environment the script makes
+# (target/http-venv, or $TOOL_CONTRACTS_HTTP_VENV), as tests/mcp/run.sh does for the MCP SDK.
+#
 # Usage: tests/http/curl.sh [path/to/http_shop]   (builds it when no path is given)
-# Needs curl and python3 (JSON and the SQLite lock). Exits non-zero on the first failure,
-# printing the server's log; ends with "N passed, 0 failed".
+# Needs curl and python3 (JSON, the SQLite lock, the venv). Exits non-zero on the first
+# failure, printing the server's log; ends with "N passed, 0 failed".
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -16,6 +20,19 @@ root="$(cd "$here/../.." && pwd)"
 for tool in curl python3; do
   command -v "$tool" >/dev/null 2>&1 || { echo "tests/http/curl.sh: $tool is not on PATH" >&2; exit 1; }
 done
+
+venv="${TOOL_CONTRACTS_HTTP_VENV:-$root/target/http-venv}"
+requirements="$here/requirements.txt"
+if [ ! -x "$venv/bin/python" ]; then
+  echo "== creating $venv"
+  python3 -m venv "$venv"
+fi
+stamp="$venv/.tool-contracts-requirements"
+if ! cmp -s "$requirements" "$stamp" 2>/dev/null; then
+  echo "== installing $(grep -v '^#' "$requirements" | tr '\n' ' ')"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements"
+  cp "$requirements" "$stamp"
+fi
 
 binary="${1:-}"
 if [ -z "$binary" ]; then
@@ -132,6 +149,14 @@ python3 -c 'import json,sys; names={t["name"] for t in json.load(open(sys.argv[1
 req GET /openapi.json
 expect 200 "GET /openapi.json"
 [ "$(jget openapi)" = "3.1.0" ] || fail "OpenAPI version"
+"$venv/bin/python" - "$work/body" <<'PY' || fail "openapi-spec-validator refuses GET /openapi.json"
+import sys
+from openapi_spec_validator import validate
+from openapi_spec_validator.readers import read_from_filename
+spec, base_uri = read_from_filename(sys.argv[1])
+validate(spec, base_uri=base_uri)
+PY
+ok "openapi-spec-validator accepts the document"
 
 echo "== the browser: submit, land on the operation page, reload, back and submit again"
 req POST /tools/create_order "${browser[@]}" "${form[@]}"

@@ -14,8 +14,10 @@ use serde_json::{json, Map, Value};
 
 use super::headers::{ACCEPTED_BODIES, IDEMPOTENCY_KEY_FIELD};
 use super::problem::{ProblemType, PROBLEM_JSON};
-use super::OUTCOME_HEADER;
 use crate::registry::{Registry, ToolDescriptor};
+
+/// [`OUTCOME_HEADER`](super::OUTCOME_HEADER) as the document names it.
+const OUTCOME_NAME: &str = "Tool-Contracts-Outcome";
 
 /// The OpenAPI version written.
 pub(super) const OPENAPI_VERSION: &str = "3.1.0";
@@ -88,7 +90,7 @@ fn tool_operation(tool: &ToolDescriptor, components: &mut Components) -> Value {
         None => json!({}),
     };
     let body_schema = json!({"$ref": format!("#/components/schemas/{arguments}")});
-    let summary = tool.description().lines().next().unwrap_or_default();
+    let summary = summary(tool.description());
     let mut operation = json!({
         "operationId": tool.name(),
         "summary": summary,
@@ -116,7 +118,7 @@ fn tool_operation(tool: &ToolDescriptor, components: &mut Components) -> Value {
                 "description": "The call ran (or an earlier call of the same intent had): read its operation at `Location`. The same for an execution and a replay.",
                 "headers": {
                     "Location": {"description": "The operation: `{prefix}/operations/{key}`.", "schema": {"type": "string"}},
-                    OUTCOME_HEADER: outcome_header
+                    OUTCOME_NAME: outcome_header
                 }
             },
             "200": {
@@ -124,7 +126,7 @@ fn tool_operation(tool: &ToolDescriptor, components: &mut Components) -> Value {
                 "headers": {
                     "Content-Location": {"description": "The operation the result is stored in.", "schema": {"type": "string"}},
                     "Preference-Applied": {"schema": {"type": "string", "const": "return=representation"}},
-                    OUTCOME_HEADER: outcome_header
+                    OUTCOME_NAME: outcome_header
                 },
                 "content": representation
             },
@@ -150,6 +152,22 @@ fn tool_operation(tool: &ToolDescriptor, components: &mut Components) -> Value {
     };
     operation["responses"] = responses;
     operation
+}
+
+/// A tool's summary: the first sentence of its description's first paragraph (doc
+/// comments wrap their lines, so the first line may end mid-sentence).
+fn summary(description: &str) -> String {
+    let paragraph = description
+        .split("\n\n")
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    match paragraph.find(". ") {
+        Some(end) => paragraph[..=end].to_owned(),
+        None => paragraph,
+    }
 }
 
 /// `GET /operations/{key}`.
