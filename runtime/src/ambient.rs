@@ -32,9 +32,36 @@ pub(crate) const SCOPE_SEPARATOR: char = '\u{1f}';
 pub(crate) const CLIENT_SCOPE_PREFIX: &str = "client:";
 
 /// The scope part for a client's intent key `key` (see [`CLIENT_SCOPE_PREFIX`]).
-#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+#[cfg_attr(not(any(feature = "mcp", feature = "http")), allow(dead_code))]
 pub(crate) fn client_scope(key: &str) -> String {
     format!("{CLIENT_SCOPE_PREFIX}{key}")
+}
+
+/// The longest client intent key a surface accepts, in characters.
+pub(crate) const CLIENT_KEY_MAX_CHARS: usize = 255;
+
+/// The one rule for a client's intent key on every surface (MCP `idempotencyKey`, HTTP
+/// `Idempotency-Key`): 1 to [`CLIENT_KEY_MAX_CHARS`] characters without control
+/// characters. `field` names where the client sent it, for the error.
+#[cfg_attr(not(any(feature = "mcp", feature = "http")), allow(dead_code))]
+pub(crate) fn validate_client_key(tool: &str, field: &str, key: &str) -> Result<(), crate::Error> {
+    let invalid = |message: String| crate::Error::InvalidArguments {
+        tool: tool.to_owned(),
+        field: Some(field.to_owned()),
+        message,
+    };
+    let chars = key.chars().count();
+    if chars == 0 || chars > CLIENT_KEY_MAX_CHARS {
+        return Err(invalid(format!(
+            "the client idempotency key has {chars} characters; it must have 1 to {CLIENT_KEY_MAX_CHARS}, nothing ran. Send a shorter id (a UUID fits), the same with every retry of one intent"
+        )));
+    }
+    if let Some(c) = key.chars().find(|c| c.is_control()) {
+        return Err(invalid(format!(
+            "the client idempotency key contains the control character {c:?}; nothing ran. Send printable text, the same with every retry of one intent"
+        )));
+    }
+    Ok(())
 }
 
 /// Whether a reader in scope `reader` may read a record made in scope `record` (both as
@@ -126,7 +153,7 @@ pub async fn with_scope<F: Future>(scope: impl Into<String>, future: F) -> F::Ou
     SCOPE.scope(Scope { joined }, future).await
 }
 
-fn validate_scope(part: &str) -> Result<(), String> {
+pub(crate) fn validate_scope(part: &str) -> Result<(), String> {
     if part.is_empty() {
         return Err(
             "the scope given to `with_scope` is empty; pass the tenant, user or run it stands for"

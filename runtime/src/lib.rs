@@ -35,6 +35,8 @@ mod contracts;
 mod engine;
 mod error;
 mod export;
+#[cfg(feature = "http")]
+pub mod http;
 pub mod key;
 mod key_paths;
 mod lease;

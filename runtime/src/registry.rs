@@ -404,10 +404,7 @@ impl Registry {
     /// Calls a tool with JSON arguments through the same dedup engine as a direct call
     /// (same intent, same key). Invalid arguments fail before anything is claimed or run.
     pub async fn call(&self, name: &str, args: Value) -> Result<ToolOutput, Error> {
-        let tool = self.get(name).ok_or_else(|| Error::UnknownTool {
-            name: name.to_owned(),
-            suggestion: self.closest(name),
-        })?;
+        let tool = self.get(name).ok_or_else(|| self.unknown_tool(name))?;
         if !tool.is_mutating() {
             let value = (tool.invoke)(&self.context, args).await?;
             return Ok(ToolOutput {
@@ -439,6 +436,14 @@ impl Registry {
                 Err(Error::ToolFailed { tool, key, message })
             }
             (Err(e), None) => Err(e),
+        }
+    }
+
+    /// The error for a tool `name` that is not here, with the closest name if one is close.
+    pub(crate) fn unknown_tool(&self, name: &str) -> Error {
+        Error::UnknownTool {
+            name: name.to_owned(),
+            suggestion: self.closest(name),
         }
     }
 

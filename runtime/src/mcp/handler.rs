@@ -562,29 +562,19 @@ fn client_key_of<'a>(
     }
 }
 
-/// A client key: a string of 1 to 255 characters without control characters.
+/// A client key: a string, then the rule every surface keeps
+/// ([`validate_client_key`](crate::ambient::validate_client_key)).
 fn validate_client_key(tool: &str, key: &Value) -> Result<String, Error> {
-    let invalid = |message: String| Error::InvalidArguments {
-        tool: tool.to_owned(),
-        field: Some(CLIENT_KEY_PARAM.to_owned()),
-        message,
-    };
     let Value::String(key) = key else {
-        return Err(invalid(format!(
-            "the client idempotency key must be a string of 1 to {CLIENT_KEY_MAX_CHARS} characters, not {key}; nothing ran. Send the same string with every retry of one intent"
-        )));
+        return Err(Error::InvalidArguments {
+            tool: tool.to_owned(),
+            field: Some(CLIENT_KEY_PARAM.to_owned()),
+            message: format!(
+                "the client idempotency key must be a string of 1 to {CLIENT_KEY_MAX_CHARS} characters, not {key}; nothing ran. Send the same string with every retry of one intent"
+            ),
+        });
     };
-    let chars = key.chars().count();
-    if chars == 0 || chars > CLIENT_KEY_MAX_CHARS {
-        return Err(invalid(format!(
-            "the client idempotency key has {chars} characters; it must have 1 to {CLIENT_KEY_MAX_CHARS}, nothing ran. Send a shorter id (a UUID fits), the same with every retry of one intent"
-        )));
-    }
-    if let Some(c) = key.chars().find(|c| c.is_control()) {
-        return Err(invalid(format!(
-            "the client idempotency key contains the control character {c:?}; nothing ran. Send printable text, the same with every retry of one intent"
-        )));
-    }
+    crate::ambient::validate_client_key(tool, CLIENT_KEY_PARAM, key)?;
     Ok(key.clone())
 }
 

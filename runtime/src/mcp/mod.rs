@@ -96,8 +96,8 @@ pub const CLIENT_KEY_META_KEY: &str = "dev.tool-contracts/idempotencyKey";
 /// The `tools/call` parameter under which a client may send its own intent key (the shape
 /// of the MCP idempotency proposal).
 pub const CLIENT_KEY_PARAM: &str = "idempotencyKey";
-/// The longest client key accepted, in characters.
-pub const CLIENT_KEY_MAX_CHARS: usize = 255;
+/// The longest client key accepted, in characters (the same over HTTP).
+pub const CLIENT_KEY_MAX_CHARS: usize = crate::ambient::CLIENT_KEY_MAX_CHARS;
 /// The member a non-object result is wrapped in: `{"result": <value>}`.
 pub const WRAPPED_RESULT_FIELD: &str = "result";
 

@@ -1,0 +1,211 @@
+//! The shop over plain HTTP with Post/Redirect/Get, and an HTML order form without
+//! JavaScript: the 1990s double-order bug, fixed again. Submit the form, land on the
+//! order's operation page; reload it, or go back and submit the same form again: the
+//! ledger still shows one order.
+//!
+//! ```sh
+//! cargo run --example http_shop --features http,sqlite -- --addr 127.0.0.1:8090 --db /tmp/shop.db
+//! # then open http://127.0.0.1:8090/ , or:
+//! curl -i -d user_id=7 -d cart.id=c-1 -d cart.items.0.sku=beans -d cart.items.0.qty=1 \
+//!      -d cart.items.0.unit_cents=1250 -d note=hi http://127.0.0.1:8090/tools/create_order
+//! curl http://127.0.0.1:8090/ledger
+//! ```
+//!
+//! Routes: `/` the form, `/ledger` every effect so far (JSON), and the tools router
+//! (`POST /tools/{name}`, `GET /operations/{key}`, `GET /tools`, `GET /openapi.json`).
+//!
+//! `--tenant-header` makes the `X-Tenant` request header each request's tenant: a
+//! stand-in for authentication (a real service derives the tenant from its credentials).
+//! Without the header such a server answers `401`; an operation read with another tenant's
+//! header is `404`. Keys live in the SQLite file `--db`; effects are appended to the ledger,
+//! `<db>.ledger.jsonl` unless `--ledger` says otherwise (the tools and the ledger are
+//! `support/shop.rs`, shared with `mcp_shop`). `--addr` with port 0 picks a free port; the
+//! address is printed as `http_shop: listening on http://…`.
+
+#[path = "support/shop.rs"]
+mod shop;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use tool_contracts::http::axum;
+use tool_contracts::http::{HttpTools, Problem};
+
+use axum::http::{header, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+
+struct Options {
+    addr: SocketAddr,
+    db: PathBuf,
+    ledger: Option<PathBuf>,
+    tenant_header: bool,
+}
+
+const USAGE: &str =
+    "usage: http_shop --db <path> [--addr <host:port>] [--ledger <path>] [--tenant-header]";
+
+/// The request header that names the tenant with `--tenant-header`.
+const TENANT_HEADER: &str = "x-tenant";
+
+fn parse_args() -> Result<Options, String> {
+    let mut args = std::env::args().skip(1);
+    let mut options = Options {
+        addr: SocketAddr::from(([127, 0, 0, 1], 8090)),
+        db: PathBuf::new(),
+        ledger: None,
+        tenant_header: false,
+    };
+    let mut db = None;
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--addr" => {
+                let addr = args
+                    .next()
+                    .ok_or("--addr needs an address, e.g. 127.0.0.1:8090")?;
+                options.addr = addr
+                    .parse()
+                    .map_err(|e| format!("--addr {addr}: not a socket address ({e})"))?;
+            }
+            "--db" => db = Some(PathBuf::from(args.next().ok_or("--db needs a path")?)),
+            "--ledger" => {
+                options.ledger = Some(PathBuf::from(args.next().ok_or("--ledger needs a path")?))
+            }
+            "--tenant-header" => options.tenant_header = true,
+            "-h" | "--help" => return Err(USAGE.to_owned()),
+            other => return Err(format!("unknown argument `{other}`\n{USAGE}")),
+        }
+    }
+    options.db = db.ok_or_else(|| format!("say --db <path>\n{USAGE}"))?;
+    Ok(options)
+}
+
+#[tokio::main]
+async fn main() {
+    if let Err(message) = run().await {
+        eprintln!("http_shop: {message}");
+        std::process::exit(2);
+    }
+}
+
+async fn run() -> Result<(), String> {
+    let options = parse_args()?;
+    let ledger_path = options.ledger.unwrap_or_else(|| {
+        let mut path = options.db.clone().into_os_string();
+        path.push(".ledger.jsonl");
+        PathBuf::from(path)
+    });
+    let store = tool_contracts::store::SqliteStore::open(&options.db)
+        .await
+        .map_err(|e| format!("cannot open the store {}: {e}", options.db.display()))?;
+    tool_contracts::set_default_store(store);
+    shop::install_ledger(ledger_path.clone());
+    let registry = tool_contracts::try_registry().map_err(|e| e.to_string())?;
+    let mut tools =
+        HttpTools::new(registry.clone()).with_info("http_shop", env!("CARGO_PKG_VERSION"));
+    if options.tenant_header {
+        tools = tools.with_tenant(|parts| match parts.headers.get(TENANT_HEADER) {
+            Some(value) => match value.to_str() {
+                Ok(tenant) => Ok(Some(tenant.to_owned())),
+                Err(_) => Err(Problem::from_status(StatusCode::BAD_REQUEST)
+                    .with_detail("`X-Tenant` must be visible ASCII")
+                    .into()),
+            },
+            None => Err((
+                [(header::WWW_AUTHENTICATE, "X-Tenant")],
+                Problem::from_status(StatusCode::UNAUTHORIZED).with_detail(
+                    "this shop runs with --tenant-header: send `X-Tenant: <tenant>` (a stand-in for real authentication)",
+                ),
+            )
+                .into()),
+        });
+    }
+    let app = axum::Router::new()
+        .route("/", get(order_form))
+        .route("/ledger", get(ledger))
+        .merge(tools.into_router());
+    let listener = tokio::net::TcpListener::bind(options.addr)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", options.addr))?;
+    let bound = listener.local_addr().map_err(|e| e.to_string())?;
+    eprintln!(
+        "http_shop: pid {}, store {}, ledger {}",
+        std::process::id(),
+        options.db.display(),
+        ledger_path.display()
+    );
+    eprintln!("http_shop: listening on http://{bound}");
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown())
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Ctrl-C or SIGTERM.
+async fn shutdown() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
+    }
+}
+
+/// `GET /`: a plain HTML form that posts to `create_order`, its field names the dotted
+/// paths of the tool's arguments. No script: the browser posts, follows the `303` and
+/// shows the operation page.
+async fn order_form() -> Html<&'static str> {
+    Html(
+        r#"<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>http_shop: place an order</title>
+<style>body{font-family:system-ui,sans-serif;max-width:40rem;margin:2rem auto;padding:0 1rem}label{display:block;margin:.5rem 0}</style>
+</head>
+<body>
+<h1>Place an order</h1>
+<p>Submit once, reload the page you land on, go back and submit again: the
+<a href="ledger">ledger</a> shows one order, because the order is keyed on the user and
+the cart.</p>
+<form method="post" action="tools/create_order">
+<label>User id <input name="user_id" type="number" min="0" value="7" required></label>
+<label>Cart id <input name="cart.id" value="cart-1" required></label>
+<fieldset>
+<legend>Item</legend>
+<label>Product <select name="cart.items.0.sku">
+<option value="coffee-beans">Coffee beans (12.50)</option>
+<option value="tea-leaves">Tea leaves (12.50)</option>
+</select></label>
+<label>Quantity <input name="cart.items.0.qty" type="number" min="1" value="1" required></label>
+<input type="hidden" name="cart.items.0.unit_cents" value="1250">
+</fieldset>
+<label>Note for the packer <textarea name="note"></textarea></label>
+<button type="submit">Place order</button>
+</form>
+</body>
+</html>
+"#,
+    )
+}
+
+/// `GET /ledger`: every effect so far (orders, charges, shipments, refunds), as JSON.
+async fn ledger() -> Response {
+    match shop::ledger_entries() {
+        Ok(entries) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            serde_json::Value::Array(entries).to_string(),
+        )
+            .into_response(),
+        Err(e) => Problem::from_status(StatusCode::INTERNAL_SERVER_ERROR)
+            .with_detail(e.to_string())
+            .into_response(),
+    }
+}

@@ -1,0 +1,165 @@
+//! The HTML pages a browser gets instead of JSON: an operation, and a problem. No script,
+//! no external resource, and everything shown escaped: results and messages are user data.
+
+use core::fmt::Write as _;
+
+use serde_json::Value;
+
+use super::problem::Problem;
+use crate::operation::{Operation, OperationState};
+
+/// `text` with the five characters that matter in HTML element content and quoted
+/// attribute values replaced by references (the OWASP rule for both contexts).
+/// Hand-written: a template engine would bring a proc-macro stack for two small pages, and
+/// this rule is all they need.
+pub(super) fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#x27;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// A whole page: `title` and `body` (already HTML), with a refresh after `refresh` seconds
+/// when the page shows something still running.
+fn page(title: &str, body: &str, refresh: Option<u64>) -> String {
+    let refresh = refresh
+        .map(|s| format!("<meta http-equiv=\"refresh\" content=\"{s}\">\n"))
+        .unwrap_or_default();
+    format!(
+        "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n{refresh}<title>{title}</title>\n<style>body{{font-family:system-ui,sans-serif;max-width:48rem;margin:2rem auto;padding:0 1rem}}dt{{font-weight:bold}}pre{{background:#f4f4f4;padding:.75rem;overflow:auto}}</style>\n</head>\n<body>\n{body}</body>\n</html>\n",
+        title = escape(title),
+    )
+}
+
+/// What a person reads for each state.
+fn state_sentence(state: OperationState) -> &'static str {
+    match state {
+        OperationState::Completed => {
+            "Done. This is the stored result: reloading this page, or sending the same request again, does not run it again."
+        }
+        OperationState::InProgress => "Still running. This page reloads itself until it is done.",
+        OperationState::Failed => {
+            "The call failed with the error below, which is stored: sending the same request again returns the same error."
+        }
+        OperationState::Unknown => {
+            "The outcome is unknown: the call stopped midway (its server died), so its effect may or may not have happened. It will not run again by itself; an operator must check and resolve it."
+        }
+    }
+}
+
+/// The operation page; `refresh` while the call runs.
+pub(super) fn operation_page(op: &Operation, refresh: Option<u64>) -> String {
+    let mut body = String::new();
+    let _ = writeln!(
+        body,
+        "<h1>Operation <code>{}</code></h1>\n<p id=\"state\" data-state=\"{}\">{}</p>\n<dl>",
+        escape(&op.key),
+        op.state.as_str(),
+        escape(state_sentence(op.state)),
+    );
+    let times = serde_json::to_value(op).unwrap_or(Value::Null);
+    let mut row = |name: &str, value: String| {
+        let _ = writeln!(body, "<dt>{}</dt><dd>{}</dd>", escape(name), value);
+    };
+    row("tool", format!("<code>{}</code>", escape(&op.tool)));
+    row("state", escape(op.state.as_str()));
+    if let Some(version) = op.version {
+        row("version", version.to_string());
+    }
+    for member in ["created_at", "updated_at", "expires_at"] {
+        if let Some(at) = times.get(member).and_then(Value::as_str) {
+            row(member, format!("<time>{}</time>", escape(at)));
+        }
+    }
+    if let Some(lease) = op.lease_remaining {
+        row("lease remaining", format!("{} ms", lease.as_millis()));
+    }
+    body.push_str("</dl>\n");
+    if let Some(result) = &op.result {
+        let _ = writeln!(
+            body,
+            "<h2>Result</h2>\n<pre id=\"result\">{}</pre>",
+            escape(&pretty(result))
+        );
+    }
+    if let Some(error) = &op.error {
+        let _ = writeln!(
+            body,
+            "<h2>Error</h2>\n<pre id=\"error\">{}</pre>",
+            escape(&pretty(error))
+        );
+    }
+    if let Some(history) = times.get("history").and_then(Value::as_array) {
+        body.push_str("<h2>History</h2>\n<table>\n<tr><th>at</th><th>event</th><th>token</th><th>worker</th></tr>\n");
+        for event in history {
+            let cell = |name: &str| match event.get(name) {
+                Some(Value::String(s)) => escape(s),
+                Some(Value::Null) | None => String::new(),
+                Some(other) => escape(&other.to_string()),
+            };
+            let _ = writeln!(
+                body,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                cell("at"),
+                cell("kind"),
+                cell("token"),
+                cell("worker")
+            );
+        }
+        body.push_str("</table>\n");
+    }
+    page(&format!("Operation {}", op.key), &body, refresh)
+}
+
+/// The problem page: its title, detail and members.
+pub(super) fn problem_page(problem: &Problem) -> String {
+    let mut body = String::new();
+    let _ = writeln!(
+        body,
+        "<h1>{} {}</h1>",
+        problem.status().as_u16(),
+        escape(problem.title())
+    );
+    if let Some(detail) = problem.detail() {
+        let _ = writeln!(body, "<p id=\"detail\">{}</p>", escape(detail));
+    }
+    if let Some(operation) = problem.extension("operation").and_then(Value::as_str) {
+        let _ = writeln!(
+            body,
+            "<p><a href=\"{0}\">See the operation</a> instead of sending the request again.</p>",
+            escape(operation)
+        );
+    }
+    let _ = writeln!(
+        body,
+        "<pre id=\"problem\">{}</pre>",
+        escape(&pretty(&problem.to_json()))
+    );
+    page(problem.title(), &body, None)
+}
+
+fn pretty(value: &Value) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_five_characters_are_escaped() {
+        assert_eq!(
+            escape(r#"<script>alert('x' & "y")</script>"#),
+            "&lt;script&gt;alert(&#x27;x&#x27; &amp; &quot;y&quot;)&lt;/script&gt;"
+        );
+        assert_eq!(escape("plain ✓"), "plain ✓");
+    }
+}
