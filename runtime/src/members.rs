@@ -204,7 +204,9 @@ fn admits_type(schema: &Value, value: &Value) -> bool {
     }
 }
 
-fn join(path: &str, name: &str) -> String {
+/// `path.name`, or `name` at the top: the dotted argument path every message names (JSON
+/// members here, form fields in `http::forms`).
+pub(crate) fn join(path: &str, name: &str) -> String {
     if path.is_empty() {
         name.to_owned()
     } else {

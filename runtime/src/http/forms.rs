@@ -28,6 +28,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Number, Value};
 
 use crate::error::Error;
+use crate::members::join;
 
 /// How deep `$ref`, `allOf` and `anyOf` are followed at one path before giving up (a
 /// schema whose references loop).
@@ -366,14 +367,6 @@ fn expected(shape: &Shape<'_>) -> String {
         }
     }
     words.join(" or ")
-}
-
-fn join(path: &str, name: &str) -> String {
-    if path.is_empty() {
-        name.to_owned()
-    } else {
-        format!("{path}.{name}")
-    }
 }
 
 #[cfg(test)]
