@@ -90,16 +90,7 @@ async fn main() {
 
 async fn run() -> Result<(), String> {
     let options = parse_args()?;
-    let ledger_path = options.ledger.unwrap_or_else(|| {
-        let mut path = options.db.clone().into_os_string();
-        path.push(".ledger.jsonl");
-        PathBuf::from(path)
-    });
-    let store = tool_contracts::store::SqliteStore::open(&options.db)
-        .await
-        .map_err(|e| format!("cannot open the store {}: {e}", options.db.display()))?;
-    tool_contracts::set_default_store(store);
-    shop::install_ledger(ledger_path.clone());
+    let ledger_path = shop::open(&options.db, options.ledger).await?;
     let registry = tool_contracts::try_registry().map_err(|e| e.to_string())?;
     let mut tools =
         HttpTools::new(registry.clone()).with_info("http_shop", env!("CARGO_PKG_VERSION"));

@@ -26,8 +26,6 @@ mod shop;
 
 use std::path::PathBuf;
 
-use shop::install_ledger;
-
 enum Mode {
     Stdio,
     Http(std::net::SocketAddr),
@@ -83,16 +81,7 @@ async fn main() {
 
 async fn run() -> Result<(), String> {
     let options = parse_args()?;
-    let ledger_path = options.ledger.unwrap_or_else(|| {
-        let mut path = options.db.clone().into_os_string();
-        path.push(".ledger.jsonl");
-        PathBuf::from(path)
-    });
-    let store = tool_contracts::store::SqliteStore::open(&options.db)
-        .await
-        .map_err(|e| format!("cannot open the store {}: {e}", options.db.display()))?;
-    tool_contracts::set_default_store(store);
-    install_ledger(ledger_path.clone());
+    let ledger_path = shop::open(&options.db, options.ledger).await?;
     let registry = tool_contracts::try_registry().map_err(|e| e.to_string())?;
     let server = tool_contracts::mcp::McpServer::new(registry.clone())
         .with_server_info("mcp_shop", env!("CARGO_PKG_VERSION"));

@@ -132,6 +132,22 @@ pub fn install_ledger(path: PathBuf) {
     });
 }
 
+/// What both shop servers do first: the SQLite store at `db` as the process's store, and the
+/// ledger at `ledger` (default: `db` + `.ledger.jsonl`). Returns the ledger's path.
+pub async fn open(db: &std::path::Path, ledger: Option<PathBuf>) -> Result<PathBuf, String> {
+    let ledger = ledger.unwrap_or_else(|| {
+        let mut path = db.as_os_str().to_owned();
+        path.push(".ledger.jsonl");
+        PathBuf::from(path)
+    });
+    let store = tool_contracts::store::SqliteStore::open(db)
+        .await
+        .map_err(|e| format!("cannot open the store {}: {e}", db.display()))?;
+    tool_contracts::set_default_store(store);
+    install_ledger(ledger.clone());
+    Ok(ledger)
+}
+
 /// Every effect in the ledger, oldest first.
 // Read by `http_shop`'s `GET /ledger`; `mcp_shop` has `get_order` instead.
 #[allow(dead_code)]

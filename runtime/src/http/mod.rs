@@ -480,15 +480,20 @@ fn operation_link(tool: &ToolDescriptor, error: &Error, prefix: &str) -> Option<
 
 /// `{prefix}/operations/{key}`, the key percent-encoded as a path segment.
 fn operation_path(prefix: &str, key: &str) -> String {
-    let mut path = format!("{prefix}/operations/");
-    for byte in key.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
-            path.push(byte as char);
-        } else {
-            path.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    path
+    format!("{prefix}/operations/{}", encode_segment(key))
+}
+
+/// What RFC 3986 lets a path segment carry as it is (unreserved characters); the rest is
+/// percent-encoded.
+const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// `text` as one URL path segment (an operation key, a tool name).
+pub(crate) fn encode_segment(text: &str) -> String {
+    percent_encoding::utf8_percent_encode(text, SEGMENT).to_string()
 }
 
 /// `GET /operations/{key}`.

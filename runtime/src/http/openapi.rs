@@ -12,6 +12,7 @@
 
 use serde_json::{json, Map, Value};
 
+use super::encode_segment;
 use super::headers::{ACCEPTED_BODIES, IDEMPOTENCY_KEY_FIELD};
 use super::problem::{ProblemType, PROBLEM_JSON};
 use crate::registry::{Registry, ToolDescriptor};
@@ -501,18 +502,4 @@ fn sanitize(name: &str) -> String {
     } else {
         clean
     }
-}
-
-/// A tool name as a path segment: unreserved characters as they are, others
-/// percent-encoded.
-fn encode_segment(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    for byte in name.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
-            out.push(byte as char);
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
 }
