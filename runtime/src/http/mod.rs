@@ -26,11 +26,15 @@
 //! full contract (statuses, the form mapping, tenants, what is not built yet) is in
 //! `docs/http.md`.
 //!
+//! [`IdempotencyLayer`] brings the `Idempotency-Key` header (IETF httpapi draft, Stripe) to
+//! any other axum route: the first response stored and replayed, `409` while it runs, `422`
+//! for a key reused with another request.
+//!
 //! The module is split by concern: this file holds the router, its builder and the
 //! handlers; `headers.rs` what is read from request headers (`Idempotency-Key`, `Prefer`,
 //! `Accept`, `Content-Type`, cross-origin requests); `forms.rs` form bodies as JSON
 //! arguments; `problem.rs` errors as problem details; `html.rs` the pages; `openapi.rs`
-//! the OpenAPI document.
+//! the OpenAPI document; `layer.rs` the `IdempotencyLayer`.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -54,12 +58,19 @@ use crate::store::Store;
 mod forms;
 mod headers;
 mod html;
+mod layer;
 mod openapi;
 mod problem;
+#[cfg(test)]
+mod layer_tests;
 #[cfg(test)]
 mod tests;
 
 pub use headers::IDEMPOTENCY_KEY;
+pub use layer::{
+    IdempotencyLayer, IdempotencyService, DEFAULT_IDEMPOTENCY_LEASE, DEFAULT_IDEMPOTENCY_TTL,
+    DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_STORED_HEADERS, REPLAYED_HEADER,
+};
 pub use problem::{Problem, ProblemType, PROBLEM_JSON};
 
 /// Re-exported: the web framework the router is built with, to serve, nest and layer it.

@@ -32,8 +32,9 @@ const TYPE_BASE: &str =
 pub enum ProblemType {
     /// `400`: the arguments cannot make a valid call (a form value that does not convert,
     /// a JSON body that does not parse, an argument of the wrong type, an unknown member,
-    /// an invalid `Idempotency-Key`). Nothing was claimed or run. Member `field`: the
-    /// offending argument's dotted path, when one is known.
+    /// an invalid `Idempotency-Key`, or none where an `IdempotencyLayer` requires one).
+    /// Nothing was claimed or run. Member `field`: the offending argument's dotted path, or
+    /// `Idempotency-Key`, when one is known.
     InvalidArguments,
     /// `403`: a browser sent a state-changing request from another origin (a cross-site
     /// form post); nothing ran. Add the origin with `HttpTools::with_trusted_origins`

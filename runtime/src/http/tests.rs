@@ -248,18 +248,18 @@ fn tenant_app() -> Router {
         .into_router()
 }
 
-struct Answer {
-    status: StatusCode,
-    headers: HeaderMap,
-    text: String,
+pub(super) struct Answer {
+    pub(super) status: StatusCode,
+    pub(super) headers: HeaderMap,
+    pub(super) text: String,
 }
 
 impl Answer {
-    fn json(&self) -> Value {
+    pub(super) fn json(&self) -> Value {
         serde_json::from_str(&self.text).unwrap_or_else(|e| panic!("{e}: {}", self.text))
     }
 
-    fn header(&self, name: &str) -> Option<&str> {
+    pub(super) fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
 
@@ -268,7 +268,7 @@ impl Answer {
     }
 
     /// A problem document, checked for its RFC 9457 shape; returns it.
-    fn problem(&self, kind: ProblemType) -> Value {
+    pub(super) fn problem(&self, kind: ProblemType) -> Value {
         assert_eq!(self.status, kind.status(), "{}", self.text);
         assert_eq!(
             self.header("content-type"),
@@ -288,7 +288,7 @@ impl Answer {
     }
 }
 
-async fn send(app: &Router, request: Request<Body>) -> Answer {
+pub(super) async fn send(app: &Router, request: Request<Body>) -> Answer {
     let response = app.clone().oneshot(request).await.unwrap();
     let status = response.status();
     let headers = response.headers().clone();
@@ -722,7 +722,7 @@ async fn a_stored_error_is_read_with_422() {
 }
 
 /// A store that is down: every operation fails.
-struct DownStore;
+pub(super) struct DownStore;
 
 fn down<T>() -> StoreResult<T> {
     Err(StoreError::unavailable_message("connection refused"))
