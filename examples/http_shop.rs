@@ -11,8 +11,17 @@
 //! curl http://127.0.0.1:8090/ledger
 //! ```
 //!
-//! Routes: `/` the form, `/ledger` every effect so far (JSON), and the tools router
-//! (`POST /tools/{name}`, `GET /operations/{key}`, `GET /tools`, `GET /openapi.json`).
+//! Routes: `/` the form, `/ledger` every effect so far (JSON), the tools router
+//! (`POST /tools/{name}`, `GET /operations/{key}`, `GET /tools`, `GET /openapi.json`), and
+//! `POST /payments`: a plain axum handler (no tool, no registry; a legacy route) guarded by
+//! `IdempotencyLayer`, which requires an `Idempotency-Key` and replays the first response
+//! to every retry with it (`Idempotent-Replayed: true`):
+//!
+//! ```sh
+//! curl -i -H 'Idempotency-Key: 8e03978e-40d5-43e8-bc93-6894a57f9324' \
+//!      -H 'Content-Type: application/json' -d '{"amount_cents":1250,"reference":"inv-1"}' \
+//!      http://127.0.0.1:8090/payments
+//! ```
 //!
 //! `--tenant-header` makes the `X-Tenant` request header each request's tenant: a
 //! stand-in for authentication (a real service derives the tenant from its credentials).
@@ -20,20 +29,25 @@
 //! header is `404`. Keys live in the SQLite file `--db`; effects are appended to the ledger,
 //! `<db>.ledger.jsonl` unless `--ledger` says otherwise (the tools and the ledger are
 //! `support/shop.rs`, shared with `mcp_shop`). `--addr` with port 0 picks a free port; the
-//! address is printed as `http_shop: listening on http://…`.
+//! address is printed as `http_shop: listening on http://…`. The tests' crash windows are
+//! environment variables read by `support/shop.rs` (`SHOP_PAYMENT_DELAY_MS` for
+//! `/payments`, `SHOP_ORDER_DELAY_MS` for `create_order`, …).
 
 #[path = "support/shop.rs"]
 mod shop;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use tool_contracts::http::axum;
-use tool_contracts::http::{HttpTools, Problem};
+use tool_contracts::http::{HttpTools, IdempotencyLayer, Problem, Rejection};
 
+use axum::body::Bytes;
+use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 
 struct Options {
     addr: SocketAddr,
@@ -94,26 +108,21 @@ async fn run() -> Result<(), String> {
     let registry = tool_contracts::try_registry().map_err(|e| e.to_string())?;
     let mut tools =
         HttpTools::new(registry.clone()).with_info("http_shop", env!("CARGO_PKG_VERSION"));
+    // The plain route's guard: a 2 s lease (renewed while the handler runs), so a retry
+    // after a crash learns the unknown outcome 2 s after the server died.
+    let mut guard = IdempotencyLayer::new().with_lease(Duration::from_secs(2));
     if options.tenant_header {
-        tools = tools.with_tenant(|parts| match parts.headers.get(TENANT_HEADER) {
-            Some(value) => match value.to_str() {
-                Ok(tenant) => Ok(Some(tenant.to_owned())),
-                Err(_) => Err(Problem::from_status(StatusCode::BAD_REQUEST)
-                    .with_detail("`X-Tenant` must be visible ASCII")
-                    .into()),
-            },
-            None => Err((
-                [(header::WWW_AUTHENTICATE, "X-Tenant")],
-                Problem::from_status(StatusCode::UNAUTHORIZED).with_detail(
-                    "this shop runs with --tenant-header: send `X-Tenant: <tenant>` (a stand-in for real authentication)",
-                ),
-            )
-                .into()),
-        });
+        tools = tools.with_tenant(tenant_of);
+        // One function for both: keys of the plain route are per tenant too.
+        guard = guard.with_identity(tenant_of);
     }
+    let payments = axum::Router::new()
+        .route("/payments", post(take_payment))
+        .route_layer(guard);
     let app = axum::Router::new()
         .route("/", get(order_form))
         .route("/ledger", get(ledger))
+        .merge(payments)
         .merge(tools.into_router());
     let listener = tokio::net::TcpListener::bind(options.addr)
         .await
@@ -130,6 +139,66 @@ async fn run() -> Result<(), String> {
         .with_graceful_shutdown(shutdown())
         .await
         .map_err(|e| e.to_string())
+}
+
+/// The request's tenant with `--tenant-header`: the `X-Tenant` header (a stand-in for
+/// authentication), `401` without it.
+fn tenant_of(parts: &Parts) -> Result<Option<String>, Rejection> {
+    match parts.headers.get(TENANT_HEADER) {
+        Some(value) => match value.to_str() {
+            Ok(tenant) => Ok(Some(tenant.to_owned())),
+            Err(_) => Err(Problem::from_status(StatusCode::BAD_REQUEST)
+                .with_detail("`X-Tenant` must be visible ASCII")
+                .into()),
+        },
+        None => Err((
+            [(header::WWW_AUTHENTICATE, "X-Tenant")],
+            Problem::from_status(StatusCode::UNAUTHORIZED).with_detail(
+                "this shop runs with --tenant-header: send `X-Tenant: <tenant>` (a stand-in for real authentication)",
+            ),
+        )
+            .into()),
+    }
+}
+
+/// What `POST /payments` takes.
+#[derive(serde::Deserialize)]
+struct PaymentRequest {
+    amount_cents: u64,
+    reference: String,
+}
+
+/// `POST /payments`: a plain handler, written as any axum handler is (no tool, no key
+/// fields): it appends a payment to the ledger and answers `201` with the payment. Run
+/// once per `Idempotency-Key` by the `IdempotencyLayer` in front of it.
+async fn take_payment(body: Bytes) -> Response {
+    let request: PaymentRequest = match serde_json::from_slice(&body) {
+        Ok(request) => request,
+        Err(e) => {
+            return Problem::from_status(StatusCode::BAD_REQUEST)
+                .with_detail(format!(
+                    "the body must be {{\"amount_cents\": <integer>, \"reference\": <text>}} ({e})"
+                ))
+                .into_response()
+        }
+    };
+    match shop::record_payment(request.amount_cents, &request.reference).await {
+        Ok(payment) => (
+            StatusCode::CREATED,
+            [
+                (header::CONTENT_TYPE, "application/json".to_owned()),
+                (
+                    header::LOCATION,
+                    format!("/payments/{}", payment["payment_id"]),
+                ),
+            ],
+            payment.to_string(),
+        )
+            .into_response(),
+        Err(e) => Problem::from_status(StatusCode::INTERNAL_SERVER_ERROR)
+            .with_detail(e.to_string())
+            .into_response(),
+    }
 }
 
 /// Ctrl-C or SIGTERM.

@@ -8,9 +8,10 @@
 //! which the end-to-end tests count.
 //!
 //! Crash windows for tests, each a sleep *after* the effect and before the result is
-//! stored: `MCP_SHOP_CHARGE_DELAY_MS` (`charge_card`, which `verify` reconciles) and
+//! stored: `MCP_SHOP_CHARGE_DELAY_MS` (`charge_card`, which `verify` reconciles),
 //! `SHOP_REFUND_DELAY_MS` (`refund_charge`, which has no `verify`: a crash there leaves an
-//! unknown outcome).
+//! unknown outcome), `SHOP_ORDER_DELAY_MS` (`create_order`) and `SHOP_PAYMENT_DELAY_MS`
+//! (`record_payment`, the plain `POST /payments` handler of `http_shop`).
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -217,7 +218,39 @@ pub async fn create_order(user_id: u64, cart: Cart, note: String) -> Result<Orde
             "total_cents": total_cents, "key": key, "pid": std::process::id(),
         })
     })?;
+    // The crash window: ordered, result not yet stored.
+    crash_window("SHOP_ORDER_DELAY_MS").await;
     decode(&entry)
+}
+
+/// Sleeps as long as the environment variable `name` says, in milliseconds (0 if unset):
+/// the tests' window between an effect and its stored result.
+async fn crash_window(name: &str) {
+    let delay = std::env::var(name)
+        .ok()
+        .and_then(|ms| ms.parse::<u64>().ok())
+        .unwrap_or(0);
+    if delay > 0 {
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+    }
+}
+
+/// A payment taken by `http_shop`'s plain `POST /payments` handler (no tool, no
+/// registry: the legacy route `IdempotencyLayer` protects): appended to the ledger as
+/// `{"effect": "payment", "payment_id", "amount_cents", "reference"}`, then the
+/// `SHOP_PAYMENT_DELAY_MS` crash window.
+// Used by `http_shop` only.
+#[allow(dead_code)]
+pub async fn record_payment(amount_cents: u64, reference: &str) -> Result<Value, ShopError> {
+    let entry = ledger()?.record(|entries| {
+        let payment_id = entries.iter().filter(|e| e["effect"] == "payment").count() as u64 + 1;
+        json!({
+            "effect": "payment", "payment_id": payment_id, "amount_cents": amount_cents,
+            "reference": reference, "pid": std::process::id(),
+        })
+    })?;
+    crash_window("SHOP_PAYMENT_DELAY_MS").await;
+    Ok(entry)
 }
 
 /// Charge the card for an order. Safe to retry: one charge per order, even if the server
