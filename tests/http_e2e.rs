@@ -1,13 +1,34 @@
-//! `tool_contracts::http` with a real client: `tests/http/curl.sh` builds
+//! `tool_contracts::http` with real clients. `tests/http/curl.sh` builds
 //! `examples/http_shop`, starts it on free loopback ports and asserts every status of the
 //! HTTP surface with `curl` (the browser's Post/Redirect/Get flow, a SIGKILL mid-call and
 //! a restart, a locked store, tenants). It needs `curl` and `python3` on `PATH`, nothing
 //! from a registry, so it always runs. (The router's own unit tests, each status through
-//! `tower::ServiceExt::oneshot`, are in `runtime/src/http/tests.rs`.)
+//! `tower::ServiceExt::oneshot`, are in `runtime/src/http/tests.rs` and `layer_tests.rs`.)
+//!
+//! `tests/http/httpx.sh` runs `tests/http/httpx_e2e.py` with Python httpx (pinned, from
+//! PyPI, in a virtual environment the script makes under `target/`): 50 concurrent
+//! requests of one intent to a tool and 50 with one `Idempotency-Key` to the plain
+//! `POST /payments` behind `IdempotencyLayer` (one effect each), and a server SIGKILLed
+//! mid-request and restarted on the same SQLite file (the tool's retry reconciled, the
+//! payment's the unknown outcome; never a second effect). It never skips: without python3,
+//! venv, pip or PyPI it fails, in CI as anywhere.
 
 #[test]
 fn curl_against_http_shop() {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/http/curl.sh");
+    let status = std::process::Command::new("bash")
+        .arg(script)
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {script}: {e}"));
+    assert!(
+        status.success(),
+        "{script} failed ({status}); its output above says why"
+    );
+}
+
+#[test]
+fn httpx_against_http_shop() {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/http/httpx.sh");
     let status = std::process::Command::new("bash")
         .arg(script)
         .status()
