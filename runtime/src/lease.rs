@@ -2,7 +2,8 @@
 //!
 //! claim -> (wait | take over | settle) -> heartbeat while the body runs -> complete,
 //! release or abandon, fenced by the token the claim returned. The engine (tool calls),
-//! runs (the run itself, its steps and journal positions) and recovery all go through
+//! runs (the run itself, its steps and journal positions), recovery and the HTTP
+//! `IdempotencyLayer` (feature `http`) all go through
 //! [`acquire`] and [`Lease`]; nothing else in the crate calls the store's `claim`,
 //! `takeover`, `renew`, `complete`, `release` or `abandon`. What differs between callers is
 //! only their [`Policy`]: whether a duplicate waits for a live holder, whether an
