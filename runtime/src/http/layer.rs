@@ -382,7 +382,7 @@ where
     };
     let identity = match identity_of(config, &parts) {
         Ok(identity) => identity,
-        Err(response) => return response,
+        Err(rejection) => return rejection.into_response(),
     };
     let body = match read_body(body, &parts.headers, config.max_body_bytes).await {
         Ok(body) => body,
@@ -480,19 +480,18 @@ where
 }
 
 /// The client identity, or the response that refuses the request.
-fn identity_of(config: &Config, parts: &Parts) -> Result<Option<String>, Response> {
+fn identity_of(config: &Config, parts: &Parts) -> Result<Option<String>, Rejection> {
     let Some(identity) = &config.identity else {
         return Ok(None);
     };
-    let scope = identity(parts).map_err(Rejection::into_response)?;
+    let scope = identity(parts)?;
     if let Some(scope) = &scope {
         if let Err(message) = ambient::validate_scope(scope) {
             tracing::error!(%message, "tool-contracts: the IdempotencyLayer identity function returned an invalid scope");
-            return Err(Problem::new(
+            return Err(Rejection::new(Problem::new(
                 ProblemType::Misconfigured,
                 "the server's identity function gave this request an invalid scope (empty, or with control characters); nothing ran. This is the server's fault: tell its operator",
-            )
-            .into_response());
+            )));
         }
     }
     Ok(scope)
@@ -503,7 +502,9 @@ async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Byte
     let too_large = || {
         Problem::new(
             ProblemType::PayloadTooLarge,
-            format!("the request body is larger than this route accepts ({limit} bytes); nothing ran"),
+            format!(
+                "the request body is larger than this route accepts ({limit} bytes); nothing ran"
+            ),
         )
     };
     let declared = headers
@@ -630,7 +631,10 @@ where
             abandon(lease, guarded).await;
             use futures::StreamExt as _;
             let first = futures::stream::once(core::future::ready(Ok::<_, axum::Error>(prefix)));
-            Response::from_parts(head, Body::from_stream(first.chain(rest.into_data_stream())))
+            Response::from_parts(
+                head,
+                Body::from_stream(first.chain(rest.into_data_stream())),
+            )
         }
         Collected::Broken(e) => {
             tracing::error!(route = %label, key = %key, error = %e, "tool-contracts: the handler's response body failed; the key is left as an unknown outcome");
@@ -747,9 +751,13 @@ fn replay(record: &Record) -> Result<Response, String> {
 /// Lowercase or uppercase hex to bytes; `None` if it is not hex. Hand-written beside
 /// [`key::push_hex`], the crate's one encoder, rather than a crate for twelve lines.
 fn unhex(text: &str) -> Option<Vec<u8>> {
-    let digit = |c: u8| char::from(c).to_digit(16).and_then(|d| u8::try_from(d).ok());
+    let digit = |c: u8| {
+        char::from(c)
+            .to_digit(16)
+            .and_then(|d| u8::try_from(d).ok())
+    };
     let bytes = text.as_bytes();
-    if bytes.len() % 2 != 0 {
+    if !bytes.len().is_multiple_of(2) {
         return None;
     }
     bytes

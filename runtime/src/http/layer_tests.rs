@@ -33,8 +33,14 @@ async fn pay(State(hits): State<Hits>, body: String) -> impl IntoResponse {
         StatusCode::CREATED,
         [
             (header::LOCATION, format!("/payments/{n}")),
-            (header::HeaderName::from_static("x-payment-id"), format!("pay_{n}")),
-            (header::HeaderName::from_static("x-not-stored"), "1".to_owned()),
+            (
+                header::HeaderName::from_static("x-payment-id"),
+                format!("pay_{n}"),
+            ),
+            (
+                header::HeaderName::from_static("x-not-stored"),
+                "1".to_owned(),
+            ),
             (header::SET_COOKIE, "session=secret".to_owned()),
             (header::CONTENT_TYPE, "application/json".to_owned()),
         ],
@@ -148,20 +154,31 @@ async fn a_missing_or_invalid_key_is_400_and_nothing_runs() {
     let missing = send(&app, bare).await;
     let doc = missing.problem(ProblemType::InvalidArguments);
     assert_eq!(doc["field"], "Idempotency-Key");
-    assert!(doc["detail"].as_str().unwrap().contains("requires an `Idempotency-Key`"));
+    assert!(doc["detail"]
+        .as_str()
+        .unwrap()
+        .contains("requires an `Idempotency-Key`"));
     for bad in ["\"unclosed", &"k".repeat(256), "\"\""] {
         let answer = send(&app, post_keyed("/payments", bad, "x")).await;
-        assert_eq!(answer.problem(ProblemType::InvalidArguments)["field"], "Idempotency-Key");
+        assert_eq!(
+            answer.problem(ProblemType::InvalidArguments)["field"],
+            "Idempotency-Key"
+        );
     }
     let twice = Request::post("/payments")
         .header("idempotency-key", "a")
         .header("idempotency-key", "a")
         .body(Body::empty())
         .unwrap();
-    send(&app, twice).await.problem(ProblemType::InvalidArguments);
+    send(&app, twice)
+        .await
+        .problem(ProblemType::InvalidArguments);
     // Methods the layer does not guard pass without a key.
     let listed = send(&app, Request::get("/payments").body(Body::empty()).unwrap()).await;
-    assert_eq!((listed.status, listed.text.as_str()), (StatusCode::OK, "listed"));
+    assert_eq!(
+        (listed.status, listed.text.as_str()),
+        (StatusCode::OK, "listed")
+    );
     assert_eq!(runs(&hits), 0);
 }
 
@@ -169,14 +186,27 @@ async fn a_missing_or_invalid_key_is_400_and_nothing_runs() {
 async fn a_key_reused_with_another_request_is_422_naming_what_differs() {
     for outer in [false, true] {
         let (app, hits) = app_with(layer(), outer);
-        assert_eq!(send(&app, post_keyed("/orders/1", "k", "a")).await.status, StatusCode::CREATED);
+        assert_eq!(
+            send(&app, post_keyed("/orders/1", "k", "a")).await.status,
+            StatusCode::CREATED
+        );
         let body = send(&app, post_keyed("/orders/1", "k", "b")).await;
-        assert_eq!(body.problem(ProblemType::KeyReused)["params"], json!(["body"]));
+        assert_eq!(
+            body.problem(ProblemType::KeyReused)["params"],
+            json!(["body"])
+        );
         // One route template (`/orders/{id}`, axum's `MatchedPath`), another path.
         let path = send(&app, post_keyed("/orders/2", "k", "a")).await;
-        assert_eq!(path.problem(ProblemType::KeyReused)["params"], json!(["path"]), "outer: {outer}");
+        assert_eq!(
+            path.problem(ProblemType::KeyReused)["params"],
+            json!(["path"]),
+            "outer: {outer}"
+        );
         let query = send(&app, post_keyed("/orders/1?x=1", "k", "a")).await;
-        assert_eq!(query.problem(ProblemType::KeyReused)["params"], json!(["path"]));
+        assert_eq!(
+            query.problem(ProblemType::KeyReused)["params"],
+            json!(["path"])
+        );
         assert_eq!(runs(&hits), 1, "nothing ran again");
         // Keys are per route: the same key on another method or route is another request.
         let patch = Request::patch("/orders/1")
@@ -184,7 +214,9 @@ async fn a_key_reused_with_another_request_is_422_naming_what_differs() {
             .body(Body::from("b"))
             .unwrap();
         assert!(!replayed(&send(&app, patch).await));
-        assert!(!replayed(&send(&app, post_keyed("/payments", "k", "c")).await));
+        assert!(!replayed(
+            &send(&app, post_keyed("/payments", "k", "c")).await
+        ));
         assert_eq!(runs(&hits), 3);
     }
 }
@@ -205,7 +237,10 @@ async fn keys_are_scoped_per_client_identity() {
     };
     let acme = send(&app, as_account("acme")).await;
     let globex = send(&app, as_account("globex")).await;
-    assert!(!replayed(&acme) && !replayed(&globex), "two clients, two requests");
+    assert!(
+        !replayed(&acme) && !replayed(&globex),
+        "two clients, two requests"
+    );
     assert_ne!(acme.text, globex.text);
     let acme_again = send(&app, as_account("acme")).await;
     assert!(replayed(&acme_again));
@@ -255,7 +290,9 @@ async fn bodies_over_the_limit_are_413_and_nothing_runs() {
     declared
         .headers_mut()
         .insert(header::CONTENT_LENGTH, "17".parse().unwrap());
-    send(&app, declared).await.problem(ProblemType::PayloadTooLarge);
+    send(&app, declared)
+        .await
+        .problem(ProblemType::PayloadTooLarge);
     assert_eq!(runs(&hits), 0);
     let fits = send(&app, post_keyed("/payments", "k", &"x".repeat(16))).await;
     assert_eq!(fits.status, StatusCode::CREATED);
@@ -352,7 +389,10 @@ async fn at_least_once_reruns_a_request_that_died_mid_handler() {
     let _ = first.await;
     tokio::time::sleep(lease * 2).await;
     let rerun = send(&app, post_keyed("/hang", "k", "")).await;
-    assert_eq!((rerun.status, rerun.text.as_str()), (StatusCode::OK, "run 2"));
+    assert_eq!(
+        (rerun.status, rerun.text.as_str()),
+        (StatusCode::OK, "run 2")
+    );
     assert!(!replayed(&rerun));
     let replay = send(&app, post_keyed("/hang", "k", "")).await;
     assert!(replayed(&replay));

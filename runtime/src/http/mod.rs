@@ -59,10 +59,10 @@ mod forms;
 mod headers;
 mod html;
 mod layer;
-mod openapi;
-mod problem;
 #[cfg(test)]
 mod layer_tests;
+mod openapi;
+mod problem;
 #[cfg(test)]
 mod tests;
 
