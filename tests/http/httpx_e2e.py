@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 
@@ -199,8 +200,6 @@ async def doomed(base, charge, payment_key):
 def killed_mid_request(proc, base):
     charge = {"order_id": 1, "amount_cents": 2500, "card_token": "tok_visa"}
     payment_key = str(uuid.uuid4())
-    import threading
-
     outcome = {}
     thread = threading.Thread(target=lambda: outcome.update(r=asyncio.run(doomed(base, charge, payment_key))))
     thread.start()
