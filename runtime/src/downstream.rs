@@ -75,10 +75,6 @@ pub use ::reqwest_middleware;
 /// The contract string of derived downstream keys (see [`derive_key`]).
 pub const DOWNSTREAM_KEY_CONTRACT: &str = "tool-contracts/downstream/v1";
 
-/// The header [`DownstreamKeys`] sets by default: `Idempotency-Key`, as the IETF httpapi
-/// draft and Stripe name it.
-pub const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
-
 /// The key derived from a call's key and a label: one per downstream effect of the call.
 ///
 /// `lowercase_hex(SHA-256(JCS {"contract":"tool-contracts/downstream/v1","key":call_key,"label":label}))`,
@@ -186,7 +182,8 @@ impl Default for DownstreamKeys {
 }
 
 impl DownstreamKeys {
-    /// Sends the key in [`KeyForm::Hex`] as `Idempotency-Key`.
+    /// Sends the key in [`KeyForm::Hex`] as `Idempotency-Key` (the IETF httpapi draft's and
+    /// Stripe's name).
     pub fn new() -> Self {
         Self {
             form: KeyForm::Hex,
