@@ -475,10 +475,10 @@ async fn a_timed_out_provider_call_is_kept_unknown_and_its_retry_charges_nothing
 
         // The retry goes through verify (which cannot tell), runs the body again with the
         // same derived key, and the provider answers from its own idempotency table.
-        let receipt = slow_charge(7, url.clone()).await.unwrap();
-        assert_eq!(SLOW_VERIFIES.load(SeqCst), 1, "the retry reconciled first");
-        assert_eq!(receipt, "charge-1");
+        let retry = slow_charge(7, url.clone()).await;
         assert_eq!(provider.effects.load(SeqCst), 1, "a second charge");
+        assert_eq!(SLOW_VERIFIES.load(SeqCst), 1, "the retry reconciled first");
+        assert_eq!(retry.unwrap(), "charge-1");
         let keys = provider.keys_for("charge");
         let derived = Some(derive_key(&key, "charge"));
         assert_eq!(keys, [derived.clone(), derived]);

@@ -428,7 +428,17 @@ impl fmt::Display for DownstreamError {
         }
         match (self.status, &self.source) {
             (Some(status), _) => write!(f, " answered {status}")?,
-            (None, Some(source)) => write!(f, " failed ({source})")?,
+            (None, Some(source)) => {
+                // reqwest's own message ("error sending request") hides the cause (a
+                // timeout, a refused connection) in its sources: name them all.
+                write!(f, " failed ({source}")?;
+                let mut cause = std::error::Error::source(source);
+                while let Some(e) = cause {
+                    write!(f, ": {e}")?;
+                    cause = e.source();
+                }
+                f.write_str(")")?;
+            }
             (None, None) => {}
         }
         let advice = match self.outcome {
