@@ -70,12 +70,20 @@ impl Provider {
     /// Applies `effect` once per key: the stored answer for a key seen before, else a new
     /// effect whose answer is stored before `delay` (a slow provider that commits first and
     /// answers late, as a timed-out request leaves it).
-    async fn apply(&self, effect: String, headers: &HeaderMap, delay: Duration) -> (StatusCode, String) {
+    async fn apply(
+        &self,
+        effect: String,
+        headers: &HeaderMap,
+        delay: Duration,
+    ) -> (StatusCode, String) {
         let key = headers
             .get("idempotency-key")
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        self.seen.lock().unwrap().push((effect.clone(), key.clone()));
+        self.seen
+            .lock()
+            .unwrap()
+            .push((effect.clone(), key.clone()));
         if let Some(key) = &key {
             if let Some(stored) = self.by_key.lock().unwrap().get(key) {
                 return (StatusCode::OK, stored.body.clone());
@@ -103,17 +111,28 @@ impl Provider {
 
 type Shared = State<Arc<Provider>>;
 
-async fn effect(State(p): Shared, Path(name): Path<String>, headers: HeaderMap) -> impl IntoResponse {
+async fn effect(
+    State(p): Shared,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> impl IntoResponse {
     p.apply(name, &headers, Duration::ZERO).await
 }
 
-async fn slow_effect(State(p): Shared, Path(name): Path<String>, headers: HeaderMap) -> impl IntoResponse {
+async fn slow_effect(
+    State(p): Shared,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> impl IntoResponse {
     p.apply(name, &headers, Duration::from_secs(2)).await
 }
 
 /// Answers `code`, with `Retry-After: 3` on `409` and `429`.
 async fn status(State(p): Shared, Path(code): Path<u16>, headers: HeaderMap) -> impl IntoResponse {
-    p.seen.lock().unwrap().push((format!("status/{code}"), None));
+    p.seen
+        .lock()
+        .unwrap()
+        .push((format!("status/{code}"), None));
     let _ = headers;
     let status = StatusCode::from_u16(code).unwrap();
     let mut response = (status, "").into_response();
@@ -195,7 +214,11 @@ pub struct Paid {
 }
 
 /// POSTs `url` labelled `label` and reads the answer.
-async fn provider_call(client: &ClientWithMiddleware, url: String, label: &'static str) -> Result<String, PayError> {
+async fn provider_call(
+    client: &ClientWithMiddleware,
+    url: String,
+    label: &'static str,
+) -> Result<String, PayError> {
     let request = client.post(url).with_extension(DownstreamLabel::new(label));
     let response = check(request.send().await)?;
     response
@@ -210,9 +233,14 @@ pub async fn pay_order(order_id: u64, provider: String, uuid: bool) -> Result<Pa
     let client = client(if uuid { KeyForm::Uuid } else { KeyForm::Hex });
     let charge = provider_call(&client, format!("{provider}/effects/charge"), "charge").await?;
     let email = provider_call(&client, format!("{provider}/effects/email"), "email").await?;
-    let call_key = tool_contracts::current_key().ok_or_else(|| PayError::Unreadable("no key".into()))?;
+    let call_key =
+        tool_contracts::current_key().ok_or_else(|| PayError::Unreadable("no key".into()))?;
     let _ = order_id;
-    Ok(Paid { call_key, charge, email })
+    Ok(Paid {
+        call_key,
+        charge,
+        email,
+    })
 }
 
 static SLOW_KEYS: Mutex<Vec<String>> = Mutex::new(Vec::new());
@@ -230,12 +258,20 @@ pub async fn slow_charge(order_id: u64, provider: String) -> Result<String, PayE
     if let Some(key) = tool_contracts::current_key() {
         SLOW_KEYS.lock().unwrap().push(key);
     }
-    provider_call(&client(KeyForm::Hex), format!("{provider}/slow/charge"), "charge").await
+    provider_call(
+        &client(KeyForm::Hex),
+        format!("{provider}/slow/charge"),
+        "charge",
+    )
+    .await
 }
 
 /// This provider has no lookup by key: verify cannot tell, so the body runs again, and the
 /// provider's own idempotency (the same derived key) keeps it to one charge.
-pub async fn slow_charge_settled(order_id: &u64, provider: &str) -> Result<Option<String>, PayError> {
+pub async fn slow_charge_settled(
+    order_id: &u64,
+    provider: &str,
+) -> Result<Option<String>, PayError> {
     let _ = (order_id, provider);
     SLOW_VERIFIES.fetch_add(1, SeqCst);
     Ok(None)
@@ -278,9 +314,7 @@ async fn a_retry_of_the_same_intent_sends_the_same_keys_and_the_provider_charges
         };
         assert_eq!(
             e.outcome(),
-            DownstreamOutcome::RateLimited {
-                retry_after: None
-            }
+            DownstreamOutcome::RateLimited { retry_after: None }
         );
         assert!(!tool_contracts::downstream::unknown_outcome(&err));
 
@@ -289,8 +323,16 @@ async fn a_retry_of_the_same_intent_sends_the_same_keys_and_the_provider_charges
         let email = provider.keys_for("email");
         let expected_charge = Some(derive_key(&paid.call_key, "charge"));
         let expected_email = Some(derive_key(&paid.call_key, "email"));
-        assert_eq!(charge, [expected_charge.clone(), expected_charge], "charge keys");
-        assert_eq!(email, [expected_email.clone(), expected_email], "email keys");
+        assert_eq!(
+            charge,
+            [expected_charge.clone(), expected_charge],
+            "charge keys"
+        );
+        assert_eq!(
+            email,
+            [expected_email.clone(), expected_email],
+            "email keys"
+        );
         // The second charge request was the provider's replay: one charge, one email.
         assert_eq!(provider.effects.load(SeqCst), 2);
         assert_eq!(paid.charge, "charge-1");
@@ -329,9 +371,17 @@ async fn requests_outside_a_call_or_with_their_own_key_are_left_alone() {
     let echo = |request: tool_contracts::downstream::reqwest_middleware::RequestBuilder| async move {
         request.send().await.unwrap().text().await.unwrap()
     };
-    assert_eq!(echo(c.post(format!("{url}/echo"))).await, "", "outside a call");
     assert_eq!(
-        echo(c.post(format!("{url}/echo")).header("Idempotency-Key", "mine")).await,
+        echo(c.post(format!("{url}/echo"))).await,
+        "",
+        "outside a call"
+    );
+    assert_eq!(
+        echo(
+            c.post(format!("{url}/echo"))
+                .header("Idempotency-Key", "mine")
+        )
+        .await,
         "mine"
     );
 
@@ -343,11 +393,18 @@ async fn requests_outside_a_call_or_with_their_own_key_are_left_alone() {
         let mut seen = Vec::new();
         for request in [
             c.post(format!("{url}/echo")),
-            c.post(format!("{url}/echo")).header("Idempotency-Key", "mine"),
+            c.post(format!("{url}/echo"))
+                .header("Idempotency-Key", "mine"),
             c.get(format!("{url}/echo")),
-            c.delete(format!("{url}/echo")).with_extension(DownstreamLabel::new("cancel")),
+            c.delete(format!("{url}/echo"))
+                .with_extension(DownstreamLabel::new("cancel")),
         ] {
-            seen.push(check(request.send().await)?.text().await.map_err(|e| PayError::Unreadable(e.to_string()))?);
+            seen.push(
+                check(request.send().await)?
+                    .text()
+                    .await
+                    .map_err(|e| PayError::Unreadable(e.to_string()))?,
+            );
         }
         seen.push(tool_contracts::current_key().unwrap_or_default());
         Ok(seen)
@@ -396,7 +453,11 @@ async fn each_downstream_outcome_is_classified_from_what_really_happened() {
     let before = provider.effects.load(SeqCst);
     let got = classify(c.post(format!("{url}/slow/timeout"))).await;
     assert_eq!(got, DownstreamOutcome::Unknown, "timeout");
-    assert_eq!(provider.effects.load(SeqCst), before + 1, "the timed-out request had its effect");
+    assert_eq!(
+        provider.effects.load(SeqCst),
+        before + 1,
+        "the timed-out request had its effect"
+    );
 
     // Connection refused (a port just closed): never sent.
     let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -428,7 +489,11 @@ async fn each_downstream_outcome_is_classified_from_what_really_happened() {
     };
     assert_eq!(e.outcome(), DownstreamOutcome::NotSent, "{err}");
     assert!(err.to_string().contains("label \"\" is empty"), "{err}");
-    assert_eq!(provider.requests(), requests_before, "the request was sent anyway");
+    assert_eq!(
+        provider.requests(),
+        requests_before,
+        "the request was sent anyway"
+    );
 
     // The connection closed after the request was sent, before any answer. Hand-written
     // on a raw socket: axum always answers a request it accepted.
@@ -465,6 +530,7 @@ async fn a_timed_out_provider_call_is_kept_unknown_and_its_retry_charges_nothing
             panic!("expected a downstream error, got {err:?}")
         };
         assert_eq!(e.outcome(), DownstreamOutcome::Unknown, "{err}");
+        assert!(err.to_string().contains("timed out"), "{err}");
         assert!(tool_contracts::downstream::unknown_outcome(&err));
         assert_eq!(provider.effects.load(SeqCst), 1, "the provider charged");
 

@@ -311,7 +311,9 @@ impl DownstreamOutcome {
     pub fn of_error(error: &reqwest_middleware::Error) -> Self {
         match error {
             reqwest_middleware::Error::Reqwest(e) => Self::of_reqwest_error(e),
-            reqwest_middleware::Error::Middleware(e) if e.downcast_ref::<LabelError>().is_some() => {
+            reqwest_middleware::Error::Middleware(e)
+                if e.downcast_ref::<LabelError>().is_some() =>
+            {
                 Self::NotSent
             }
             // Another middleware failed: it may have sent the request first (a retry
@@ -390,7 +392,10 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
         return Some(Duration::from_secs(seconds));
     }
     let at = httpdate::parse_http_date(text).ok()?;
-    Some(at.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO))
+    Some(
+        at.duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    )
 }
 
 /// A downstream request that did not succeed, classified: what a tool's error type wraps
@@ -558,20 +563,32 @@ mod tests {
         for code in [400, 401, 402, 403, 404, 410, 422] {
             assert_eq!(of(code), DownstreamOutcome::Failed, "{code}");
         }
-        assert_eq!(of(409), DownstreamOutcome::StillRunning { retry_after: None });
-        assert_eq!(of(429), DownstreamOutcome::RateLimited { retry_after: None });
+        assert_eq!(
+            of(409),
+            DownstreamOutcome::StillRunning { retry_after: None }
+        );
+        assert_eq!(
+            of(429),
+            DownstreamOutcome::RateLimited { retry_after: None }
+        );
     }
 
     #[test]
     fn retry_after_reads_seconds_and_http_dates() {
-        assert_eq!(retry_after(&headers(Some("7"))), Some(Duration::from_secs(7)));
+        assert_eq!(
+            retry_after(&headers(Some("7"))),
+            Some(Duration::from_secs(7))
+        );
         assert_eq!(
             retry_after(&headers(Some("Sun, 06 Nov 1994 08:49:37 GMT"))),
             Some(Duration::ZERO)
         );
         let later = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(120));
         let mut h = HeaderMap::new();
-        h.insert(RETRY_AFTER, HeaderValue::from_str(&later).expect("an HTTP date"));
+        h.insert(
+            RETRY_AFTER,
+            HeaderValue::from_str(&later).expect("an HTTP date"),
+        );
         let delay = retry_after(&h).expect("a future date");
         assert!(delay > Duration::from_secs(100) && delay <= Duration::from_secs(120));
         assert_eq!(retry_after(&headers(Some("soon"))), None);
