@@ -124,7 +124,7 @@ async fn slow_effect(
     Path(name): Path<String>,
     headers: HeaderMap,
 ) -> impl IntoResponse {
-    p.apply(name, &headers, Duration::from_secs(2)).await
+    p.apply(name, &headers, Duration::from_secs(5)).await
 }
 
 /// Answers `code`, with `Retry-After: 3` on `409` and `429`.
@@ -169,10 +169,20 @@ async fn start_provider() -> (Arc<Provider>, String) {
     (provider, format!("http://{addr}"))
 }
 
-/// A client with the middleware, a short timeout and no redirects (a `3xx` is an answer).
+/// A client with the middleware and no redirects (a `3xx` is an answer); a timeout long
+/// enough for a loaded machine.
 fn client(form: KeyForm) -> ClientWithMiddleware {
+    client_with_timeout(form, Duration::from_secs(30))
+}
+
+/// A client that gives up after 1 s, well before the slow route answers (5 s).
+fn impatient_client() -> ClientWithMiddleware {
+    client_with_timeout(KeyForm::Hex, Duration::from_secs(1))
+}
+
+fn client_with_timeout(form: KeyForm, timeout: Duration) -> ClientWithMiddleware {
     let inner = reqwest::Client::builder()
-        .timeout(Duration::from_millis(400))
+        .timeout(timeout)
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap();
@@ -259,7 +269,7 @@ pub async fn slow_charge(order_id: u64, provider: String) -> Result<String, PayE
         SLOW_KEYS.lock().unwrap().push(key);
     }
     provider_call(
-        &client(KeyForm::Hex),
+        &impatient_client(),
         format!("{provider}/slow/charge"),
         "charge",
     )
@@ -451,7 +461,7 @@ async fn each_downstream_outcome_is_classified_from_what_really_happened() {
 
     // A timeout after the request was sent: the provider committed, the client gave up.
     let before = provider.effects.load(SeqCst);
-    let got = classify(c.post(format!("{url}/slow/timeout"))).await;
+    let got = classify(impatient_client().post(format!("{url}/slow/timeout"))).await;
     assert_eq!(got, DownstreamOutcome::Unknown, "timeout");
     assert_eq!(
         provider.effects.load(SeqCst),
