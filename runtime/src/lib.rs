@@ -32,6 +32,8 @@ pub(crate) use lowercase_names;
 
 mod ambient;
 mod contracts;
+#[cfg(feature = "http-client")]
+pub mod downstream;
 mod engine;
 mod error;
 mod export;

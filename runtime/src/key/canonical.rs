@@ -245,7 +245,7 @@ pub(super) fn write_number_text(
 /// Writes `s` as a JSON string with RFC 8785 escaping: `\"`, `\\`, `\b`, `\f`, `\n`, `\r`,
 /// `\t`, other controls below U+0020 as `\u00xx` (lowercase hex), everything else raw.
 #[inline]
-pub(super) fn write_str(out: &mut Vec<u8>, s: &str) {
+pub(crate) fn write_str(out: &mut Vec<u8>, s: &str) {
     out.reserve(s.len() + 2);
     out.push(b'"');
     write_str_body(out, s);

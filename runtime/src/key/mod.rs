@@ -85,6 +85,10 @@ mod serializer;
 #[cfg(test)]
 mod tests;
 
+/// The canonical JSON string writer, for documents built by hand elsewhere in the crate
+/// (`downstream.rs`' derived keys), which cannot fail as `write_canonical` can.
+#[cfg_attr(not(feature = "http-client"), allow(unused_imports))]
+pub(crate) use canonical::write_str as write_canonical_str;
 pub use canonical::{jcs_cmp, CanonicalError};
 pub(crate) use hex::push_hex;
 
