@@ -4,10 +4,30 @@
 //! a restart, a locked store, tenants). It needs `curl` and `python3` on `PATH`, nothing
 //! from a registry, so it always runs. (The router's own unit tests, each status through
 //! `tower::ServiceExt::oneshot`, are in `runtime/src/http/tests.rs`.)
+//!
+//! `tests/http/browser.sh` does the form's Post/Redirect/Get in a real browser: Debian's
+//! headless Chromium driven by selenium (pinned, in a venv under `target/`) through Debian's
+//! chromedriver, both installed by `tests/http/browser_setup.sh` when missing. It fails
+//! under `CI=true` when that setup cannot be done, and otherwise skips with a loud message.
 
 #[test]
 fn curl_against_http_shop() {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/http/curl.sh");
+    let status = std::process::Command::new("bash")
+        .arg(script)
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {script}: {e}"));
+    assert!(
+        status.success(),
+        "{script} failed ({status}); its output above says why"
+    );
+}
+
+/// Submit the order form, reload the result five times, go back and submit again: one
+/// order (and a second cart makes a second one). Screenshot: `target/http-browser/`.
+#[test]
+fn browser_submits_the_order_form_once() {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/http/browser.sh");
     let status = std::process::Command::new("bash")
         .arg(script)
         .status()
