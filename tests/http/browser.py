@@ -181,14 +181,14 @@ def scenario(driver, base, out):
               "same values again", flush=True)
         fill_and_submit(driver, FIRST)
     wait_for_path(driver, OPERATION_PATH.match, "submitting the form again")
+    ledger = orders(base)
+    check(len(ledger) == 1,
+          f"exactly one order in the ledger after five reloads and a resubmission ({len(ledger)})")
     check(driver.current_url == operation,
           "submitting the same form again lands on the same operation")
     state, again = operation_page(driver)
     check(state == "completed" and again == result,
           "the resubmission shows the same order, not a new one")
-    ledger = orders(base)
-    check(len(ledger) == 1,
-          f"exactly one order in the ledger after five reloads and a resubmission ({len(ledger)})")
 
     screenshot = f"{out}/operation.png"
     check(driver.save_screenshot(screenshot), "screenshot of the result page saved")
