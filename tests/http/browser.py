@@ -214,6 +214,9 @@ def main():
         sys.exit("usage: browser.py HTTP_SHOP_BINARY OUT_DIR")
     binary, out = sys.argv[1], sys.argv[2]
     os.makedirs(out, exist_ok=True)
+    for stale in ["operation.png", "failure.png"]:
+        if os.path.exists(f"{out}/{stale}"):
+            os.remove(f"{out}/{stale}")
     work = tempfile.mkdtemp(prefix="run-", dir=out)
     server = driver = None
     log_path = None
