@@ -12,6 +12,11 @@
 //! mid-request and restarted on the same SQLite file (the tool's retry reconciled, the
 //! payment's the unknown outcome; never a second effect). It never skips: without python3,
 //! venv, pip or PyPI it fails, in CI as anywhere.
+//!
+//! `tests/http/browser.sh` does the form's Post/Redirect/Get in a real browser: Debian's
+//! headless Chromium driven by selenium (pinned, in a venv under `target/`) through Debian's
+//! chromedriver, both installed by `tests/http/browser_setup.sh` when missing. It fails
+//! under `CI=true` when that setup cannot be done, and otherwise skips with a loud message.
 
 #[test]
 fn curl_against_http_shop() {
@@ -29,6 +34,21 @@ fn curl_against_http_shop() {
 #[test]
 fn httpx_against_http_shop() {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/http/httpx.sh");
+    let status = std::process::Command::new("bash")
+        .arg(script)
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {script}: {e}"));
+    assert!(
+        status.success(),
+        "{script} failed ({status}); its output above says why"
+    );
+}
+
+/// Submit the order form, reload the result five times, go back and submit again: one
+/// order (and a second cart makes a second one). Screenshot: `target/http-browser/`.
+#[test]
+fn browser_submits_the_order_form_once() {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/http/browser.sh");
     let status = std::process::Command::new("bash")
         .arg(script)
         .status()

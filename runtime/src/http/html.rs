@@ -27,6 +27,18 @@ pub(super) fn escape(text: &str) -> String {
     out
 }
 
+/// The pages' only styling, inline (no external resource): a readable column, the key
+/// wrapped instead of overflowing, the fields as a two-column list, the state as a callout
+/// coloured by `data-state`.
+const STYLE: &str = "body{font-family:system-ui,sans-serif;max-width:48rem;margin:2rem auto;padding:0 1rem;line-height:1.4}\
+h1 code{display:block;font-size:.6em;overflow-wrap:anywhere}\
+#state{padding:.6rem .8rem;border-left:.3rem solid #888;background:#f6f6f6}\
+#state[data-state=completed]{border-color:#2e7d32;background:#edf7ee}\
+#state[data-state=in_progress]{border-color:#1565c0;background:#e8f0fb}\
+#state[data-state=failed],#state[data-state=unknown]{border-color:#c62828;background:#fbeaea}\
+dl{display:grid;grid-template-columns:max-content 1fr;gap:.2rem 1rem}dt{font-weight:bold}dd{margin:0}\
+pre{background:#f4f4f4;padding:.75rem;overflow:auto}table{border-collapse:collapse}td,th{padding:.2rem .6rem;text-align:left}";
+
 /// A whole page: `title` and `body` (already HTML), with a refresh after `refresh` seconds
 /// when the page shows something still running.
 fn page(title: &str, body: &str, refresh: Option<u64>) -> String {
@@ -34,7 +46,7 @@ fn page(title: &str, body: &str, refresh: Option<u64>) -> String {
         .map(|s| format!("<meta http-equiv=\"refresh\" content=\"{s}\">\n"))
         .unwrap_or_default();
     format!(
-        "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n{refresh}<title>{title}</title>\n<style>body{{font-family:system-ui,sans-serif;max-width:48rem;margin:2rem auto;padding:0 1rem}}dt{{font-weight:bold}}pre{{background:#f4f4f4;padding:.75rem;overflow:auto}}</style>\n</head>\n<body>\n{body}</body>\n</html>\n",
+        "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n{refresh}<title>{title}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n{body}</body>\n</html>\n",
         title = escape(title),
     )
 }
