@@ -1358,3 +1358,26 @@ impl CallJournal for Shared {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The vector of docs/key-spec.md "Undo keys": an undo's key depends on its step's key
+    /// (and the run's name and version) alone.
+    #[test]
+    fn the_undo_key_matches_its_documented_vector() {
+        let step = "a63b2208f648767293039cca84fbe432812d89700f4e36a9b2b7f169ff420c5f";
+        let key = undo_key(step, "saga", 1).unwrap();
+        assert_eq!(
+            key,
+            "7724cd60bd77625eb79f1f0bb79257767987172d13616841989eb012adc0f20a"
+        );
+        assert_ne!(undo_key(step, "saga", 2).unwrap(), key);
+        assert_eq!(
+            compensation_key(step, "saga", 1).unwrap().len(),
+            64,
+            "a key of its own contract"
+        );
+    }
+}
