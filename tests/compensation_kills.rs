@@ -167,12 +167,13 @@ async fn task(scope: String, ledger: PathBuf) -> Result<Report, Error> {
             run.step_with_undo(
                 step,
                 || async move {
-                    append(&ledger, &format!("{scope} do {step} -"))
-                        .map_err(|e| Error::InvalidArguments {
+                    append(&ledger, &format!("{scope} do {step} -")).map_err(|e| {
+                        Error::InvalidArguments {
                             tool: step.to_owned(),
                             field: None,
                             message: e.to_string(),
-                        })?;
+                        }
+                    })?;
                     Ok::<_, Error>(format!("{step}-31"))
                 },
                 undo,
@@ -230,7 +231,12 @@ fn ledger_lines(ledger: &Path) -> BTreeMap<(String, String, String, String), usi
             "undo" => parts[4].to_owned(),
             _ => String::new(),
         };
-        let entry = (parts[0].to_owned(), parts[1].to_owned(), parts[2].to_owned(), key);
+        let entry = (
+            parts[0].to_owned(),
+            parts[1].to_owned(),
+            parts[2].to_owned(),
+            key,
+        );
         *counts.entry(entry).or_default() += 1;
     }
     counts
@@ -238,13 +244,21 @@ fn ledger_lines(ledger: &Path) -> BTreeMap<(String, String, String, String), usi
 
 /// Checks one scope's run: compensated, each step done once and undone once, in reverse
 /// order, under the keys the compensation reports.
-fn check_scope(scope: &str, report: &Report, lines: &BTreeMap<(String, String, String, String), usize>) {
+fn check_scope(
+    scope: &str,
+    report: &Report,
+    lines: &BTreeMap<(String, String, String, String), usize>,
+) {
     let c = &report.compensation;
     assert_eq!(c.state, CompensationState::Compensated, "{scope}: {c:?}");
     assert!(c.reason.contains("the courier refused the parcel"), "{c:?}");
     assert_eq!(report.operation_state.as_deref(), Some("compensated"));
     let visited: Vec<&str> = c.steps.iter().map(|s| s.name.as_str()).collect();
-    assert_eq!(visited, ["label", "charge", "reserve"], "reverse order: {c:?}");
+    assert_eq!(
+        visited,
+        ["label", "charge", "reserve"],
+        "reverse order: {c:?}"
+    );
     for step in &c.steps {
         assert!(
             matches!(step.outcome, UndoOutcome::Undone { .. }),
@@ -272,7 +286,10 @@ fn check_scope(scope: &str, report: &Report, lines: &BTreeMap<(String, String, S
         assert_eq!(done, Some(&1), "{scope}: `{}` ran once", step.name);
     }
     let of_scope = lines.iter().filter(|((s, ..), _)| s == scope).count();
-    assert_eq!(of_scope, 6, "{scope}: three steps, three undos, nothing else: {lines:?}");
+    assert_eq!(
+        of_scope, 6,
+        "{scope}: three steps, three undos, nothing else: {lines:?}"
+    );
 }
 
 fn kill_at_every_compensation_boundary(store: String) {
@@ -286,7 +303,9 @@ fn kill_at_every_compensation_boundary(store: String) {
     let boundaries = STEPS.len() as u32 * PER_UNDO;
     for boundary in 1..=boundaries {
         let scope = format!("{base}-kill{boundary}");
-        let mut child = command(&store, &scope, &ledger, Some(boundary)).spawn().unwrap();
+        let mut child = command(&store, &scope, &ledger, Some(boundary))
+            .spawn()
+            .unwrap();
         let mut reader = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
         loop {
@@ -302,7 +321,10 @@ fn kill_at_every_compensation_boundary(store: String) {
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
         let report = run_to_end(&store, &scope, &ledger);
-        assert_eq!(report.status, "Compensating", "killed at boundary {boundary}");
+        assert_eq!(
+            report.status, "Compensating",
+            "killed at boundary {boundary}"
+        );
         // A start of the compensated run runs nothing and answers the same compensation.
         let again = run_to_end(&store, &scope, &ledger);
         assert_eq!(again.status, "compensated earlier");

@@ -261,7 +261,9 @@ use tool_contracts::{
 /// What the undos of one test did, in order: `(step, undo key)`.
 type Undone = Arc<Mutex<Vec<(String, String)>>>;
 
-fn undo_into(log: &Undone) -> impl FnOnce(String, UndoContext) -> std::future::Ready<Result<String, Error>> {
+fn undo_into(
+    log: &Undone,
+) -> impl FnOnce(String, UndoContext) -> std::future::Ready<Result<String, Error>> {
     let log = Arc::clone(log);
     move |done: String, cx: UndoContext| {
         log.lock()
@@ -296,9 +298,13 @@ async fn a_failed_run_is_compensated_newest_first_once_and_reads_compensated_eve
         let run = Run::start("saga", &intent).await.unwrap();
         let key = run.key().to_owned();
         for step in ["reserve", "charge", "label"] {
-            run.step_with_undo(step, || async move { Ok::<_, Error>(step.to_owned()) }, undo_into(&log))
-                .await
-                .unwrap();
+            run.step_with_undo(
+                step,
+                || async move { Ok::<_, Error>(step.to_owned()) },
+                undo_into(&log),
+            )
+            .await
+            .unwrap();
         }
         // A step with nothing to undo does not make the run need intervention.
         run.step_with_undo("quote", || async { Ok::<_, Error>(7u32) }, Undo::nothing())
@@ -337,7 +343,10 @@ async fn a_failed_run_is_compensated_newest_first_once_and_reads_compensated_eve
             op.error.unwrap()["compensation"]["reason"],
             "the courier refused"
         );
-        assert!(matches!(again.wait().await, Err(Error::RunCompensating { .. })));
+        assert!(matches!(
+            again.wait().await,
+            Err(Error::RunCompensating { .. })
+        ));
         assert_eq!(log.lock().unwrap().len(), 3, "no undo ran twice");
     })
     .await;
@@ -351,9 +360,13 @@ async fn a_step_without_undo_or_a_failing_undo_makes_the_run_need_intervention_a
         let intent = json!({"order": 2});
         let run = Run::start("saga", &intent).await.unwrap();
         let key = run.key().to_owned();
-        run.step_with_undo("reserve", || async { Ok::<_, Error>("r".to_owned()) }, undo_into(&log))
-            .await
-            .unwrap();
+        run.step_with_undo(
+            "reserve",
+            || async { Ok::<_, Error>("r".to_owned()) },
+            undo_into(&log),
+        )
+        .await
+        .unwrap();
         run.step("charge", || async { Ok::<_, Error>("c".to_owned()) })
             .await
             .unwrap();
@@ -382,8 +395,11 @@ async fn a_step_without_undo_or_a_failing_undo_makes_the_run_need_intervention_a
         let c = c.unwrap();
         assert_eq!(seen, Some(OperationState::Compensating));
         assert_eq!(c.state, CompensationState::NeedsIntervention, "{c:?}");
-        let outcomes: Vec<(&str, &UndoOutcome)> =
-            c.steps.iter().map(|s| (s.name.as_str(), &s.outcome)).collect();
+        let outcomes: Vec<(&str, &UndoOutcome)> = c
+            .steps
+            .iter()
+            .map(|s| (s.name.as_str(), &s.outcome))
+            .collect();
         assert_eq!(
             outcomes,
             [
@@ -394,7 +410,12 @@ async fn a_step_without_undo_or_a_failing_undo_makes_the_run_need_intervention_a
                     }
                 ),
                 ("charge", &UndoOutcome::NoUndo),
-                ("reserve", &UndoOutcome::Undone { result: json!("undid r") }),
+                (
+                    "reserve",
+                    &UndoOutcome::Undone {
+                        result: json!("undid r")
+                    }
+                ),
             ]
         );
         // The older step was still undone, once.
@@ -422,7 +443,11 @@ async fn a_resumed_compensation_runs_no_new_step_and_never_repeats_a_recorded_un
         let first = Run::start_with("saga", &intent, short()).await.unwrap();
         for step in ["reserve", "charge"] {
             first
-                .step_with_undo(step, || async move { Ok::<_, Error>(step.to_owned()) }, verified(&log))
+                .step_with_undo(
+                    step,
+                    || async move { Ok::<_, Error>(step.to_owned()) },
+                    verified(&log),
+                )
                 .await
                 .unwrap();
         }
@@ -448,9 +473,13 @@ async fn a_resumed_compensation_runs_no_new_step_and_never_repeats_a_recorded_un
         assert_eq!(run.status(), &RunStatus::Compensating);
         // Finished steps replay; a step that never ran is refused, not run.
         for step in ["reserve", "charge"] {
-            run.step_with_undo(step, || async move { Ok::<_, Error>(step.to_owned()) }, verified(&log))
-                .await
-                .unwrap();
+            run.step_with_undo(
+                step,
+                || async move { Ok::<_, Error>(step.to_owned()) },
+                verified(&log),
+            )
+            .await
+            .unwrap();
         }
         let err = run
             .step("ship", || async { Ok::<_, Error>(1) })
@@ -458,7 +487,10 @@ async fn a_resumed_compensation_runs_no_new_step_and_never_repeats_a_recorded_un
             .unwrap_err();
         assert!(matches!(err, Error::RunCompensating { .. }), "{err}");
         let journal = run.journal().await.unwrap();
-        assert_eq!(journal[1].undo.as_ref().unwrap().status, EntryStatus::Completed);
+        assert_eq!(
+            journal[1].undo.as_ref().unwrap().status,
+            EntryStatus::Completed
+        );
         let c = run.compensate("another reason").await.unwrap();
         assert_eq!(c.state, CompensationState::Compensated, "{c:?}");
         assert_eq!(c.reason, "refused", "the first reason is kept");

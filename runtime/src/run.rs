@@ -385,7 +385,11 @@ fn decode_result(what: &str, key: &str, record: &Record) -> Result<Value, Error>
 
 /// The compensation stored as a compensated run's result (a run stores an error only
 /// then), or `None` for a run finished by [`Run::finish`].
-fn stored_compensation(what: &str, key: &str, record: &Record) -> Result<Option<Compensation>, Error> {
+fn stored_compensation(
+    what: &str,
+    key: &str,
+    record: &Record,
+) -> Result<Option<Compensation>, Error> {
     match &record.state {
         RecordState::Completed {
             result,
@@ -430,7 +434,9 @@ pub(crate) fn compensation_key(run_key: &str, name: &str, version: u32) -> Resul
 /// Key of the undo of the step `step_key` in the run `name` (`version`): fields in JCS
 /// order, docs/key-spec.md "Undo keys".
 pub(crate) fn undo_key(step_key: &str, name: &str, version: u32) -> Result<String, Error> {
-    derive_key(undo::UNDO_CONTRACT, name, version, |b| b.field("step", step_key))
+    derive_key(undo::UNDO_CONTRACT, name, version, |b| {
+        b.field("step", step_key)
+    })
 }
 
 /// What an undo's completed record says: its result, or its stored failure.
@@ -962,7 +968,11 @@ impl Run {
             (EntryStatus::Abandoned, _) => (RunState::Abandoned, None),
             _ => {
                 let mark = compensation_key(&key, name, options.version)?;
-                match store.lookup(&mark).await.map_err(|e| store_error(name, &mark, e))? {
+                match store
+                    .lookup(&mark)
+                    .await
+                    .map_err(|e| store_error(name, &mark, e))?
+                {
                     Some(_) => (RunState::Compensating, None),
                     None => (RunState::Running, None),
                 }
@@ -1120,7 +1130,10 @@ impl Shared {
             accepts: &lease::any_fingerprint,
         };
         let fail = |e| store_error(&label, &mark, e);
-        match lease::acquire(&self.store, req, policy).await.map_err(fail)? {
+        match lease::acquire(&self.store, req, policy)
+            .await
+            .map_err(fail)?
+        {
             Acquired::Held(held) => {
                 held.complete(&args, false).await.map_err(fail)?;
                 Ok(reason.to_owned())
@@ -1129,9 +1142,8 @@ impl Shared {
                 let RecordState::Completed { result, .. } = &record.state else {
                     return Err(unexpected(&label, &mark));
                 };
-                let stored: Value = serde_json::from_str(result).map_err(|e| {
-                    fail(StoreError::Corrupt(format!("compensation mark: {e}")))
-                })?;
+                let stored: Value = serde_json::from_str(result)
+                    .map_err(|e| fail(StoreError::Corrupt(format!("compensation mark: {e}"))))?;
                 Ok(stored
                     .get("reason")
                     .and_then(Value::as_str)
@@ -1213,7 +1225,10 @@ impl Shared {
             take_over: registered.verify.is_some() || registered.on_unknown == OnUnknown::Rerun,
             accepts: &lease::any_fingerprint,
         };
-        let held = match lease::acquire(&self.store, req, policy).await.map_err(fail)? {
+        let held = match lease::acquire(&self.store, req, policy)
+            .await
+            .map_err(fail)?
+        {
             Acquired::Held(held) => held,
             // Undone in an earlier attempt (or its failure stored): never again.
             Acquired::Completed(record) => return stored_undo(&label, &key, &record),
