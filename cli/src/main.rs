@@ -269,7 +269,32 @@ fn print_operation(op: &Operation, doc: &Value) {
             "  note      its lease ran out mid-call: the effect may or may not have happened; \
              check, then `resolve` it"
         ),
+        Some("compensating") => println!(
+            "  note      a run being compensated: its completed steps are being undone, newest first"
+        ),
+        Some("needs_intervention") => println!(
+            "  note      a compensated run whose steps marked `!` below could not be undone: \
+             finish them by hand"
+        ),
         _ => {}
+    }
+    // A compensated run: what was done about each completed step, newest first.
+    let steps = doc["error"]["compensation"]["steps"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice);
+    for step in steps {
+        let outcome = step["outcome"].as_str().unwrap_or("-");
+        let flag = match outcome {
+            "undone" | "nothing_to_undo" => ' ',
+            _ => '!',
+        };
+        println!(
+            "  undo    {flag} {:<12} {:<16} step {}  undo {}",
+            step["name"].as_str().unwrap_or("-"),
+            outcome,
+            step["key"].as_str().unwrap_or("-"),
+            step["undo_key"].as_str().unwrap_or("-")
+        );
     }
     println!("  created   {}", text("created_at"));
     println!("  updated   {}", text("updated_at"));

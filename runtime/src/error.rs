@@ -154,6 +154,18 @@ pub enum Error {
         /// Where the run stands: running elsewhere (or abandoned), or finished.
         state: crate::run::RunState,
     },
+    /// The run is compensating (or was compensated): no new step or tool call runs in it.
+    /// Replay its finished steps and call `Run::compensate`, which resumes the
+    /// compensation where it stopped.
+    #[error("run `{run}` (key {key}) is being compensated: {message}")]
+    RunCompensating {
+        /// Run name.
+        run: String,
+        /// Run key.
+        key: String,
+        /// What was refused and what to do.
+        message: String,
+    },
 }
 
 fn list(items: &[String]) -> String {
@@ -211,7 +223,9 @@ impl Error {
             | Error::MissingContext { tool, .. }
             | Error::ToolFailed { tool, .. }
             | Error::KeyFieldUnresolved { tool, .. } => Some(tool),
-            Error::NonDeterministic { run, .. } | Error::RunNotOwned { run, .. } => Some(run),
+            Error::NonDeterministic { run, .. }
+            | Error::RunNotOwned { run, .. }
+            | Error::RunCompensating { run, .. } => Some(run),
             Error::UnknownTool { .. } | Error::DuplicateTool { .. } => None,
         }
     }
@@ -223,7 +237,8 @@ impl Error {
             | Error::KeyReused { key, .. }
             | Error::OutcomeUnknown { key, .. }
             | Error::NonDeterministic { key, .. }
-            | Error::RunNotOwned { key, .. } => Some(key),
+            | Error::RunNotOwned { key, .. }
+            | Error::RunCompensating { key, .. } => Some(key),
             Error::Store { key, .. } | Error::Codec { key, .. } | Error::ToolFailed { key, .. } => {
                 key.as_deref()
             }
@@ -247,6 +262,7 @@ impl Error {
             Error::KeyFieldUnresolved { .. } => "key_field_unresolved",
             Error::NonDeterministic { .. } => "non_deterministic",
             Error::RunNotOwned { .. } => "run_not_owned",
+            Error::RunCompensating { .. } => "run_compensating",
         }
     }
 }

@@ -71,8 +71,9 @@ pub use registry::{
     registry, try_registry, Outcome, Registry, ToolDescriptor, ToolOutput, META_PREFIX,
 };
 pub use run::{
-    EntryKind, EntryStatus, JournalEntry, Run, RunInfo, RunOptions, RunState, RunStatus,
-    StepOptions, RUN_KEY_CONTRACT,
+    Compensation, CompensationState, EntryKind, EntryStatus, EntryUndo, IntoUndo, JournalEntry,
+    Run, RunInfo, RunOptions, RunState, RunStatus, StepCompensation, StepOptions, Undo,
+    UndoContext, UndoOutcome, RUN_KEY_CONTRACT,
 };
 pub use spec::{Concurrent, Mismatch, OnUnknown, SourceLocation, TaskSupport, ToolKind};
 pub use store::{MemoryStore, Store};

@@ -36,6 +36,16 @@ pub enum OperationState {
     /// success: a retry gets `OutcomeUnknown` (or a reconciliation, with `verify`) until
     /// someone finds out, and an operator can resolve it.
     Unknown,
+    /// A run whose compensation has begun and whose worker is alive: its completed steps
+    /// are being undone ([`Run::compensate`](crate::Run::compensate)).
+    Compensating,
+    /// A run that was compensated: every completed step was undone. `error` holds the
+    /// compensation (`{"compensation": {"state", "reason", "steps"}}`).
+    Compensated,
+    /// A run compensated as far as it could be: some completed step has no undo, or its
+    /// undo failed or has an unknown outcome. `error` holds the compensation, whose
+    /// `steps` say which; an operator must finish the job.
+    NeedsIntervention,
 }
 
 crate::lowercase_names! {
@@ -44,6 +54,9 @@ crate::lowercase_names! {
         Completed => "completed",
         Failed => "failed",
         Unknown => "unknown",
+        Compensating => "compensating",
+        Compensated => "compensated",
+        NeedsIntervention => "needs_intervention",
     }
 }
 
@@ -290,7 +303,46 @@ async fn read(label: &str, key: &str, with_history: bool) -> Result<Option<Opera
         true => Some(store.history(key).await.map_err(store_error)?),
         false => None,
     };
-    Operation::from_observed(observed, history)
+    let Some(mut op) = Operation::from_observed(observed, history)? else {
+        return Ok(None);
+    };
+    op.state = run_state(&store, &op).await.map_err(store_error)?;
+    Ok(Some(op))
+}
+
+/// A run's compensation states, told from the record that marks its compensation (only
+/// `Run::compensate` writes it, under a key derived from the run's): a running run with
+/// the mark is compensating, a run whose stored error is its compensation document is
+/// compensated or needs intervention. Any other operation keeps its state.
+async fn run_state(
+    store: &std::sync::Arc<dyn Store>,
+    op: &Operation,
+) -> Result<OperationState, crate::store::StoreError> {
+    let (OperationState::InProgress | OperationState::Failed, Some(version)) =
+        (op.state, op.version)
+    else {
+        return Ok(op.state);
+    };
+    let Ok(mark) = crate::run::compensation_key(&op.key, &op.tool, version) else {
+        return Ok(op.state);
+    };
+    if store.lookup(&mark).await?.is_none() {
+        return Ok(op.state);
+    }
+    if op.state == OperationState::InProgress {
+        return Ok(OperationState::Compensating);
+    }
+    let state = op
+        .error
+        .as_ref()
+        .and_then(|e| e.get("compensation"))
+        .and_then(|c| c.get("state"))
+        .and_then(Value::as_str);
+    Ok(match state {
+        Some("compensated") => OperationState::Compensated,
+        Some("needs_intervention") => OperationState::NeedsIntervention,
+        _ => op.state,
+    })
 }
 
 /// A time as RFC 3339 in UTC, to the millisecond. Times RFC 3339 cannot write (before

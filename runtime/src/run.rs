@@ -12,10 +12,21 @@
 //!
 //! Steps and tool calls inside a run must be sequential (awaited one after another), as in
 //! every journaling system: positions are handed out in call order.
+//!
+//! A step may declare its undo ([`Run::step_with_undo`]); a run that fails is compensated
+//! by [`Run::compensate`], which undoes its completed steps in reverse order (see
+//! [`undo`]'s docs and README "Compensation").
+
+mod undo;
+
+pub use undo::{
+    Compensation, CompensationState, IntoUndo, StepCompensation, Undo, UndoContext, UndoOutcome,
+};
 
 use core::future::Future;
 use core::time::Duration;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
@@ -38,6 +49,7 @@ const POSITION_CONTRACT: &str = "tool-contracts/position/v1";
 
 /// Where a run stands, as seen by the handle [`Run::start`] returned.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum RunStatus {
     /// This handle created the run and owns it.
     Started,
@@ -48,6 +60,12 @@ pub enum RunStatus {
     Running,
     /// The run finished with this result.
     Finished(Value),
+    /// The run's previous worker died while compensating it; this handle took it over and
+    /// owns it. Replay its steps (finished steps return their stored results; no new step
+    /// runs: [`Error::RunCompensating`]), then call [`Run::compensate`], which resumes.
+    Compensating,
+    /// The run was compensated: what was undone, and whether it needs intervention.
+    Compensated(Compensation),
 }
 
 /// How a run is kept.
@@ -154,6 +172,14 @@ pub enum RunState {
     Abandoned,
     /// It finished with a result.
     Finished,
+    /// Its compensation has begun and is running (or its worker died: the next
+    /// [`Run::start`] resumes it).
+    Compensating,
+    /// Every completed step was undone.
+    Compensated,
+    /// Compensated as far as it could be: some completed step has no undo, or its undo
+    /// failed or has an unknown outcome ([`RunInfo::compensation`] says which).
+    NeedsIntervention,
 }
 
 crate::lowercase_names! {
@@ -164,7 +190,14 @@ crate::lowercase_names! {
         Abandoned => "abandoned",
         Missing => "missing",
     }
-    RunState { Running => "running", Abandoned => "abandoned", Finished => "finished" }
+    RunState {
+        Running => "running",
+        Abandoned => "abandoned",
+        Finished => "finished",
+        Compensating => "compensating",
+        Compensated => "compensated",
+        NeedsIntervention => "needs_intervention",
+    }
 }
 
 /// One entry of a run's journal.
@@ -182,6 +215,19 @@ pub struct JournalEntry {
     pub status: EntryStatus,
     /// When the entry was recorded.
     pub at: SystemTime,
+    /// The step's undo, when it declared one ([`Run::step_with_undo`], not
+    /// [`Undo::nothing`]): its key and where it stands (`Missing` until compensation runs it).
+    pub undo: Option<EntryUndo>,
+}
+
+/// The undo of a journal entry ([`JournalEntry::undo`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntryUndo {
+    /// The undo's key ([`UndoContext::key`]).
+    pub key: String,
+    /// Where it stands: `Completed` once undone (or its failure stored), `Abandoned` if its
+    /// worker died mid-undo.
+    pub status: EntryStatus,
 }
 
 /// A run, as seen by operators ([`Run::status_of`]).
@@ -195,6 +241,19 @@ pub struct RunInfo {
     pub result: Option<Value>,
     /// When it was first started.
     pub created_at: SystemTime,
+    /// What compensation did, when it was compensated.
+    pub compensation: Option<Compensation>,
+}
+
+/// Whether a journaled step declared an undo, as its position entry records it (absent in
+/// entries written before compensation existed, and for steps without one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Declared {
+    /// An undo that runs.
+    Undo,
+    /// [`Undo::nothing`].
+    Nothing,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -202,6 +261,8 @@ struct PositionEntry {
     kind: EntryKind,
     name: String,
     key: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    undo: Option<Declared>,
 }
 
 struct Shared {
@@ -213,6 +274,10 @@ struct Shared {
     /// Whether this handle owns the run (holds its lease).
     owner: bool,
     cursor: Mutex<Cursor>,
+    /// The undos of the steps this handle ran or replayed, by step key.
+    undos: Mutex<HashMap<String, undo::Registered>>,
+    /// Whether the run's compensation has begun: no new step or tool call runs.
+    compensating: AtomicBool,
 }
 
 #[derive(Default)]
@@ -318,6 +383,86 @@ fn decode_result(what: &str, key: &str, record: &Record) -> Result<Value, Error>
     }
 }
 
+/// The compensation stored as a compensated run's result (a run stores an error only
+/// then), or `None` for a run finished by [`Run::finish`].
+fn stored_compensation(
+    what: &str,
+    key: &str,
+    record: &Record,
+) -> Result<Option<Compensation>, Error> {
+    match &record.state {
+        RecordState::Completed {
+            result,
+            is_error: true,
+            ..
+        } => serde_json::from_str::<undo::Stored>(result)
+            .map(|stored| Some(stored.compensation))
+            .map_err(|e| Error::Codec {
+                tool: what.to_owned(),
+                key: Some(key.to_owned()),
+                message: format!("the run's stored compensation does not decode: {e}"),
+            }),
+        _ => Ok(None),
+    }
+}
+
+/// Key of a record derived for the run `name` (version `version`) under `contract`: steps,
+/// journal positions, undos and the compensation mark.
+fn derive_key(
+    contract: &str,
+    name: &str,
+    version: u32,
+    fields: impl FnOnce(&mut KeyBuilder) -> Result<(), crate::key::KeyFieldError>,
+) -> Result<String, Error> {
+    let mut builder = KeyBuilder::new(contract);
+    fields(&mut builder).map_err(|e| Error::InvalidArguments {
+        tool: name.to_owned(),
+        field: None,
+        message: e.to_string(),
+    })?;
+    Ok(builder.finish(None, name, version))
+}
+
+/// Key of the record that marks the run `run_key` (of `name`, `version`) as compensating:
+/// for the operation view, which tells a compensating run from a running one by it.
+pub(crate) fn compensation_key(run_key: &str, name: &str, version: u32) -> Result<String, Error> {
+    derive_key(undo::COMPENSATION_CONTRACT, name, version, |b| {
+        b.field("run", run_key)
+    })
+}
+
+/// Key of the undo of the step `step_key` in the run `name` (`version`): fields in JCS
+/// order, docs/key-spec.md "Undo keys".
+pub(crate) fn undo_key(step_key: &str, name: &str, version: u32) -> Result<String, Error> {
+    derive_key(undo::UNDO_CONTRACT, name, version, |b| {
+        b.field("step", step_key)
+    })
+}
+
+/// What an undo's completed record says: its result, or its stored failure.
+fn stored_undo(label: &str, key: &str, record: &Record) -> Result<UndoOutcome, Error> {
+    let RecordState::Completed {
+        result, is_error, ..
+    } = &record.state
+    else {
+        return Err(unexpected(label, key));
+    };
+    let value: Value = serde_json::from_str(result).map_err(|e| Error::Codec {
+        tool: label.to_owned(),
+        key: Some(key.to_owned()),
+        message: format!("the undo's stored outcome does not decode: {e}"),
+    })?;
+    Ok(match is_error {
+        false => UndoOutcome::Undone { result: value },
+        true => UndoOutcome::Failed {
+            error: value
+                .get("message")
+                .and_then(Value::as_str)
+                .map_or_else(|| value.to_string(), str::to_owned),
+        },
+    })
+}
+
 /// Where a record stands by the wall clock: completed, held, or abandoned.
 fn record_state(record: &Record) -> EntryStatus {
     match record.state {
@@ -370,15 +515,33 @@ impl Run {
             .map_err(|e| store_error(name, &key, e))?;
         let (status, lease) = match acquired {
             Acquired::Held(lease) if lease.taken_over() => {
-                tracing::info!(run = name, key = %key, "tool-contracts: resuming an abandoned run");
-                (RunStatus::Resumed, Some(lease))
+                // Its compensation had begun: it resumes compensating, never runs forward.
+                let mark = compensation_key(&key, name, options.version)?;
+                let compensating = store
+                    .lookup(&mark)
+                    .await
+                    .map_err(|e| store_error(name, &mark, e))?
+                    .is_some();
+                match compensating {
+                    true => {
+                        tracing::info!(run = name, key = %key, "tool-contracts: resuming the compensation of an abandoned run");
+                        (RunStatus::Compensating, Some(lease))
+                    }
+                    false => {
+                        tracing::info!(run = name, key = %key, "tool-contracts: resuming an abandoned run");
+                        (RunStatus::Resumed, Some(lease))
+                    }
+                }
             }
             Acquired::Held(lease) => (RunStatus::Started, Some(lease)),
             Acquired::Busy { .. } => (RunStatus::Running, None),
-            Acquired::Completed(record) => (
-                RunStatus::Finished(decode_result(name, &key, &record)?),
-                None,
-            ),
+            Acquired::Completed(record) => match stored_compensation(name, &key, &record)? {
+                Some(compensation) => (RunStatus::Compensated(compensation), None),
+                None => (
+                    RunStatus::Finished(decode_result(name, &key, &record)?),
+                    None,
+                ),
+            },
             Acquired::Abandoned | Acquired::Mismatch { .. } => return Err(unexpected(name, &key)),
         };
         let keep_alive = lease.as_ref().and_then(Lease::keep_alive);
@@ -390,6 +553,8 @@ impl Run {
             options,
             owner: lease.is_some(),
             cursor: Mutex::new(Cursor::default()),
+            undos: Mutex::new(HashMap::new()),
+            compensating: AtomicBool::new(status == RunStatus::Compensating),
         });
         Ok(Run {
             shared,
@@ -418,8 +583,12 @@ impl Run {
         Error::RunNotOwned {
             run: self.shared.name.clone(),
             key: self.shared.key.to_string(),
-            state: match self.status {
+            state: match &self.status {
                 RunStatus::Finished(_) => RunState::Finished,
+                RunStatus::Compensated(c) => match c.state {
+                    CompensationState::Compensated => RunState::Compensated,
+                    _ => RunState::NeedsIntervention,
+                },
                 _ => RunState::Running,
             },
         }
@@ -452,7 +621,54 @@ impl Run {
     {
         // Feature `otel`: the step's span, entered around the step; zero-sized without it.
         let telemetry = StepTelemetry::start(&self.shared.name, name);
-        telemetry::instrument(telemetry.span(), self.step_in(name, options, f, &telemetry)).await
+        telemetry::instrument(
+            telemetry.span(),
+            self.step_in(name, options, f, None, &telemetry),
+        )
+        .await
+    }
+
+    /// [`Run::step`] with the step's undo: if the run is compensated ([`Run::compensate`])
+    /// after this step completed, `undo` runs once with the step's stored result and an
+    /// [`UndoContext`] (whose [`key`](UndoContext::key) it should forward downstream).
+    /// `undo` is a closure `|result: T, cx: UndoContext| async { … }` or an [`Undo`] (with
+    /// a `verify`, or [`Undo::nothing`] for a step with nothing to undo).
+    ///
+    /// ```no_run
+    /// # async fn demo(run: &tool_contracts_runtime::Run) -> Result<(), tool_contracts_runtime::Error> {
+    /// let charge: String = run
+    ///     .step_with_undo(
+    ///         "charge",
+    ///         || async { Ok::<_, tool_contracts_runtime::Error>("ch_1".to_owned()) },
+    ///         |charge: String, cx: tool_contracts_runtime::UndoContext| async move {
+    ///             // refund(charge, idempotency_key = cx.key())
+    ///             Ok::<_, tool_contracts_runtime::Error>(format!("refund of {charge} as {}", cx.key()))
+    ///         },
+    ///     )
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn step_with_undo<T, E, F, Fut, U>(&self, name: &str, f: F, undo: U) -> Result<T, E>
+    where
+        T: Serialize + DeserializeOwned,
+        E: From<Error>,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        U: IntoUndo<T>,
+    {
+        let telemetry = StepTelemetry::start(&self.shared.name, name);
+        let undo = undo.into_undo();
+        telemetry::instrument(
+            telemetry.span(),
+            self.step_in(
+                name,
+                StepOptions::default(),
+                f,
+                Some(undo::Registered::from(undo)),
+                &telemetry,
+            ),
+        )
+        .await
     }
 
     async fn step_in<T, E, F, Fut>(
@@ -460,6 +676,7 @@ impl Run {
         name: &str,
         options: StepOptions,
         f: F,
+        undo: Option<undo::Registered>,
         telemetry: &StepTelemetry,
     ) -> Result<T, E>
     where
@@ -488,10 +705,28 @@ impl Run {
             .step_key(name, ordinal)
             .map_err(|e| failed(Decision::Rejected, e))?;
         telemetry.key(&step_key);
+        if self.shared.compensating.load(Ordering::SeqCst) {
+            self.shared
+                .replay_only(name, &step_key)
+                .await
+                .map_err(|e| failed(Decision::Rejected, e))?;
+        }
+        let declared = undo.as_ref().map(|u| match u.action {
+            Some(_) => Declared::Undo,
+            None => Declared::Nothing,
+        });
         self.shared
-            .journal(EntryKind::Step, name, &step_key)
+            .journal(EntryKind::Step, name, &step_key, declared)
             .await
             .map_err(|e| failed(Decision::Rejected, e))?;
+        if let Some(undo) = undo {
+            // Registered whether the step runs now or replays: compensation needs it either way.
+            self.shared
+                .undos
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(step_key.clone(), undo);
+        }
         let label = format!("{}/{name}", self.shared.name);
         let req = ClaimRequest {
             key: &step_key,
@@ -603,8 +838,54 @@ impl Run {
             .map_err(|e| store_error(&self.shared.name, &self.shared.key, e))
     }
 
+    /// Compensates the run: undoes its completed steps in reverse journal order, each undo
+    /// once (journaled under its own key, [`UndoContext::key`]), then stores the
+    /// [`Compensation`] as the run's outcome; later starts of the intent get it back as
+    /// [`RunStatus::Compensated`]. `reason` is kept (the first call's, on a resume).
+    ///
+    /// Every completed entry is visited, newest first: a step with an undo is undone; one
+    /// with [`Undo::nothing`] is passed over; a step or tool call without an undo, an undo
+    /// that fails (its error is stored, never retried by itself), and an unknown outcome
+    /// (a step, or an undo without `verify`, whose worker died mid-call) are recorded and
+    /// compensation goes on with the older steps; the run then ends
+    /// [`CompensationState::NeedsIntervention`] instead of `Compensated`.
+    ///
+    /// From the first call on, the run is compensating: a worker that dies mid-compensation
+    /// leaves it to the next [`Run::start`] ([`RunStatus::Compensating`]), which replays the
+    /// steps (registering their undos) and calls `compensate` again; undos already
+    /// recorded are not run again. A store failure returns the error and gives the run up
+    /// at once (so a new start resumes it).
+    pub async fn compensate(mut self, reason: &str) -> Result<Compensation, Error> {
+        let Some(lease) = self.lease.take() else {
+            return Err(self.not_owned());
+        };
+        let compensation = match self.shared.compensate(reason).await {
+            Ok(compensation) => compensation,
+            Err(e) => {
+                let _ = lease.abandon().await;
+                return Err(e);
+            }
+        };
+        let stored = undo::Stored { compensation };
+        let json = serde_json::to_string(&stored).map_err(|e| Error::Codec {
+            tool: self.shared.name.clone(),
+            key: Some(self.shared.key.to_string()),
+            message: format!("the run's compensation cannot be stored as JSON: {e}"),
+        })?;
+        // Stored as the run's error: a reader tells it from a result (`Run::finish` never
+        // stores an error), and the mark record says it is a compensation.
+        lease
+            .complete(&json, true)
+            .await
+            .map_err(|e| store_error(&self.shared.name, &self.shared.key, e))?;
+        self._keep_alive = None;
+        tracing::info!(run = %self.shared.name, key = %self.shared.key, state = %stored.compensation.state, "tool-contracts: run compensated");
+        Ok(stored.compensation)
+    }
+
     /// Waits until the run finishes and returns its result (for handles that do not own
-    /// it). Fails with [`Error::OutcomeUnknown`] if the owner died: resume it with
+    /// it). A run that was compensated fails with [`Error::RunCompensating`] (read what was
+    /// undone with [`Run::status_of`]). Fails with [`Error::OutcomeUnknown`] if the owner died: resume it with
     /// [`Run::start`].
     pub async fn wait(&self) -> Result<Value, Error> {
         if let RunStatus::Finished(v) = &self.status {
@@ -615,6 +896,13 @@ impl Run {
         loop {
             match store.lookup(key).await {
                 Ok(Some(rec)) => match rec.state {
+                    RecordState::Completed { is_error: true, .. } => {
+                        return Err(Error::RunCompensating {
+                            run: self.shared.name.clone(),
+                            key: key.to_owned(),
+                            message: "the run was compensated and has no result; read what was undone with `Run::status_of`".to_owned(),
+                        })
+                    }
                     RecordState::Completed { .. } => {
                         return decode_result(&self.shared.name, key, &rec)
                     }
@@ -668,16 +956,34 @@ impl Run {
         else {
             return Ok(None);
         };
-        let (state, result) = match record_state(&rec) {
-            EntryStatus::Completed => (RunState::Finished, decode_result(name, &key, &rec).ok()),
-            EntryStatus::Abandoned => (RunState::Abandoned, None),
-            _ => (RunState::Running, None),
+        let compensation = stored_compensation(name, &key, &rec)?;
+        let (state, result) = match (record_state(&rec), &compensation) {
+            (EntryStatus::Completed, Some(c)) => match c.state {
+                CompensationState::Compensated => (RunState::Compensated, None),
+                _ => (RunState::NeedsIntervention, None),
+            },
+            (EntryStatus::Completed, None) => {
+                (RunState::Finished, decode_result(name, &key, &rec).ok())
+            }
+            (EntryStatus::Abandoned, _) => (RunState::Abandoned, None),
+            _ => {
+                let mark = compensation_key(&key, name, options.version)?;
+                match store
+                    .lookup(&mark)
+                    .await
+                    .map_err(|e| store_error(name, &mark, e))?
+                {
+                    Some(_) => (RunState::Compensating, None),
+                    None => (RunState::Running, None),
+                }
+            }
         };
         Ok(Some(RunInfo {
             key,
             state,
             result,
             created_at: rec.created_at,
+            compensation,
         }))
     }
 }
@@ -688,13 +994,7 @@ impl Shared {
         contract: &str,
         fields: impl FnOnce(&mut KeyBuilder) -> Result<(), crate::key::KeyFieldError>,
     ) -> Result<String, Error> {
-        let mut builder = KeyBuilder::new(contract);
-        fields(&mut builder).map_err(|e| Error::InvalidArguments {
-            tool: self.name.clone(),
-            field: None,
-            message: e.to_string(),
-        })?;
-        Ok(builder.finish(None, &self.name, self.options.version))
+        derive_key(contract, &self.name, self.options.version, fields)
     }
 
     /// Key of the `ordinal`-th step named `step` (fields in JCS order).
@@ -719,7 +1019,13 @@ impl Shared {
 
     /// Records what the code asks for at the next position, or checks it against what
     /// an earlier attempt of this run recorded there.
-    async fn journal(&self, kind: EntryKind, name: &str, key: &str) -> Result<(), Error> {
+    async fn journal(
+        &self,
+        kind: EntryKind,
+        name: &str,
+        key: &str,
+        undo: Option<Declared>,
+    ) -> Result<(), Error> {
         let position = {
             let mut cursor = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
             let p = cursor.position;
@@ -732,6 +1038,7 @@ impl Shared {
             kind,
             name: name.to_owned(),
             key: key.to_owned(),
+            undo,
         };
         let entry = serde_json::to_string(&entry).map_err(|e| Error::Codec {
             tool: self.name.clone(),
@@ -777,7 +1084,238 @@ impl Shared {
         }
     }
 
+    /// Where the record of `key` stands (`Missing` without one).
+    async fn status_of_key(&self, key: &str) -> Result<EntryStatus, Error> {
+        match self.store.lookup(key).await {
+            Ok(None) => Ok(EntryStatus::Missing),
+            Ok(Some(r)) => Ok(record_state(&r)),
+            Err(e) => Err(store_error(&self.name, key, e)),
+        }
+    }
+
+    /// While compensating, a step or tool call may only replay: refused unless its key is
+    /// completed.
+    async fn replay_only(&self, name: &str, key: &str) -> Result<(), Error> {
+        if self.status_of_key(key).await? == EntryStatus::Completed {
+            return Ok(());
+        }
+        Err(Error::RunCompensating {
+            run: self.name.clone(),
+            key: self.key.to_string(),
+            message: format!("`{name}` did not complete before the compensation began, so it does not run now; call `Run::compensate` to finish undoing the run"),
+        })
+    }
+
+    /// Marks the run as compensating (once: a record under its compensation key, completed
+    /// at once with the reason) and returns the reason the first mark stored.
+    async fn mark_compensating(&self, reason: &str) -> Result<String, Error> {
+        let mark = compensation_key(&self.key, &self.name, self.options.version)?;
+        let args = serde_json::json!({ "reason": reason }).to_string();
+        let label = format!("{}/compensation", self.name);
+        let req = ClaimRequest {
+            key: &mark,
+            tool: &label,
+            version: self.options.version,
+            scope: self.scope.as_deref(),
+            fingerprint: "compensation",
+            args: &args,
+            // Completed right after its claim, like a journal position.
+            lease: Duration::from_millis(500),
+            ttl: self.options.ttl,
+            worker: ambient::worker_id(),
+        };
+        let policy = Policy {
+            on_busy: OnBusy::Wait { max: None },
+            take_over: true,
+            accepts: &lease::any_fingerprint,
+        };
+        let fail = |e| store_error(&label, &mark, e);
+        match lease::acquire(&self.store, req, policy)
+            .await
+            .map_err(fail)?
+        {
+            Acquired::Held(held) => {
+                held.complete(&args, false).await.map_err(fail)?;
+                Ok(reason.to_owned())
+            }
+            Acquired::Completed(record) => {
+                let RecordState::Completed { result, .. } = &record.state else {
+                    return Err(unexpected(&label, &mark));
+                };
+                let stored: Value = serde_json::from_str(result)
+                    .map_err(|e| fail(StoreError::Corrupt(format!("compensation mark: {e}"))))?;
+                Ok(stored
+                    .get("reason")
+                    .and_then(Value::as_str)
+                    .unwrap_or(reason)
+                    .to_owned())
+            }
+            Acquired::Busy { .. } | Acquired::Abandoned | Acquired::Mismatch { .. } => {
+                Err(unexpected(&label, &mark))
+            }
+        }
+    }
+
+    /// The run's compensation: see [`Run::compensate`].
+    async fn compensate(&self, reason: &str) -> Result<Compensation, Error> {
+        self.compensating.store(true, Ordering::SeqCst);
+        let reason = self.mark_compensating(reason).await?;
+        let mut steps = Vec::new();
+        for (entry, declared) in self.read_entries().await?.into_iter().rev() {
+            let outcome = match (entry.status, declared) {
+                // Released (it failed) or never recorded: nothing happened to undo.
+                (EntryStatus::Missing, _) => continue,
+                (EntryStatus::Completed, None) => UndoOutcome::NoUndo,
+                (EntryStatus::Completed, Some(_)) => self.undo(&entry).await?,
+                // The step's own outcome is unknown: nobody can say what to undo.
+                _ => UndoOutcome::Unknown,
+            };
+            if outcome.needs_intervention() {
+                tracing::warn!(run = %self.name, key = %self.key, step = %entry.name, outcome = ?outcome, "tool-contracts: a completed step could not be undone; the run needs intervention");
+            }
+            steps.push(StepCompensation {
+                position: entry.position,
+                name: entry.name,
+                key: entry.key,
+                undo_key: entry.undo.map(|u| u.key),
+                outcome,
+            });
+        }
+        let state = match steps.iter().any(|s| s.outcome.needs_intervention()) {
+            true => CompensationState::NeedsIntervention,
+            false => CompensationState::Compensated,
+        };
+        Ok(Compensation {
+            state,
+            reason,
+            steps,
+        })
+    }
+
+    /// Runs the undo of the completed step `entry` once: claimed under its own key through
+    /// the lease layer, like a step.
+    async fn undo(&self, entry: &JournalEntry) -> Result<UndoOutcome, Error> {
+        let registered = self
+            .undos
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&entry.key);
+        let Some(registered) = registered else {
+            return Err(undo::not_replayed(&self.name, &self.key, &entry.name));
+        };
+        let Some(action) = registered.action else {
+            return Ok(UndoOutcome::NothingToUndo);
+        };
+        let key = undo_key(&entry.key, &self.name, self.options.version)?;
+        let label = format!("{}/{}/undo", self.name, entry.name);
+        let fail = |e| store_error(&label, &key, e);
+        let req = ClaimRequest {
+            key: &key,
+            tool: &label,
+            version: self.options.version,
+            scope: self.scope.as_deref(),
+            fingerprint: &crate::key::fingerprint("{}"),
+            args: "{}",
+            lease: self.options.lease,
+            ttl: self.options.ttl,
+            worker: ambient::worker_id(),
+        };
+        let policy = Policy {
+            on_busy: OnBusy::Wait { max: None },
+            take_over: registered.verify.is_some() || registered.on_unknown == OnUnknown::Rerun,
+            accepts: &lease::any_fingerprint,
+        };
+        let held = match lease::acquire(&self.store, req, policy)
+            .await
+            .map_err(fail)?
+        {
+            Acquired::Held(held) => held,
+            // Undone in an earlier attempt (or its failure stored): never again.
+            Acquired::Completed(record) => return stored_undo(&label, &key, &record),
+            Acquired::Abandoned => return Ok(UndoOutcome::Unknown),
+            Acquired::Busy { .. } | Acquired::Mismatch { .. } => {
+                return Err(unexpected(&label, &key))
+            }
+        };
+        let step = match self.store.lookup(&entry.key).await {
+            Ok(Some(record)) => decode_result(&label, &entry.key, &record)?,
+            Ok(None) => Value::Null,
+            Err(e) => {
+                let _ = held.release().await;
+                return Err(store_error(&label, &entry.key, e));
+            }
+        };
+        let cx = UndoContext {
+            key: key.clone(),
+            step: entry.name.clone(),
+            step_key: entry.key.clone(),
+        };
+        if held.taken_over() {
+            tracing::info!(run = %self.name, step = %entry.name, key = %key, "tool-contracts: an undo's worker died mid-undo; settling it");
+            if let Some(verify) = registered.verify {
+                let body = Box::pin(ambient::with_call_journal(
+                    None,
+                    self.scoped(verify(step.clone(), cx.clone())),
+                ));
+                match held.heartbeat(body).await {
+                    Ok(Some(found)) => {
+                        return self.record_undo(held, &label, &key, Ok(found)).await;
+                    }
+                    // The undo did not happen: run it under this claim.
+                    Ok(None) => {}
+                    Err(message) => {
+                        tracing::warn!(run = %self.name, step = %entry.name, key = %key, error = %message, "tool-contracts: the undo's verify failed; its outcome stays unknown");
+                        let _ = held.abandon().await;
+                        return Ok(UndoOutcome::Unknown);
+                    }
+                }
+            }
+        }
+        // Tool calls inside an undo are not journaled one by one: the undo's result is.
+        let body = Box::pin(ambient::with_call_journal(
+            None,
+            self.scoped(action(step, cx)),
+        ));
+        let out = held.heartbeat(body).await;
+        self.record_undo(held, &label, &key, out).await
+    }
+
+    /// Stores an undo's outcome under its key: a result, or its failure (as an error, never
+    /// retried by itself).
+    async fn record_undo(
+        &self,
+        held: Lease,
+        label: &str,
+        key: &str,
+        out: Result<Value, String>,
+    ) -> Result<UndoOutcome, Error> {
+        let fail = |e| store_error(label, key, e);
+        let (json, is_error, outcome) = match out {
+            Ok(result) => (result.to_string(), false, UndoOutcome::Undone { result }),
+            Err(error) => (
+                serde_json::json!({ "message": error }).to_string(),
+                true,
+                UndoOutcome::Failed { error },
+            ),
+        };
+        held.complete(&json, is_error).await.map_err(fail)?;
+        // Tests stop a worker right here (after the undo's journal entry, before anything
+        // else): keep this event's text.
+        tracing::debug!(run = %self.name, key = %key, "tool-contracts: undo recorded");
+        Ok(outcome)
+    }
+
     async fn read_journal(&self) -> Result<Vec<JournalEntry>, Error> {
+        Ok(self
+            .read_entries()
+            .await?
+            .into_iter()
+            .map(|(entry, _)| entry)
+            .collect())
+    }
+
+    /// The journal, each entry with what its step declared about its undo.
+    async fn read_entries(&self) -> Result<Vec<(JournalEntry, Option<Declared>)>, Error> {
         let mut entries = Vec::new();
         for position in 0.. {
             let pos_key = self.position_key(position)?;
@@ -792,18 +1330,27 @@ impl Shared {
                     StoreError::Corrupt(format!("journal entry: {e}")),
                 )
             })?;
-            let status = match self.store.lookup(&entry.key).await.map_err(fail)? {
-                None => EntryStatus::Missing,
-                Some(r) => record_state(&r),
+            let status = self.status_of_key(&entry.key).await?;
+            let undo = match entry.undo {
+                Some(Declared::Undo) => {
+                    let key = undo_key(&entry.key, &self.name, self.options.version)?;
+                    let status = self.status_of_key(&key).await?;
+                    Some(EntryUndo { key, status })
+                }
+                _ => None,
             };
-            entries.push(JournalEntry {
-                position,
-                kind: entry.kind,
-                name: entry.name,
-                key: entry.key,
-                status,
-                at: rec.created_at,
-            });
+            entries.push((
+                JournalEntry {
+                    position,
+                    kind: entry.kind,
+                    name: entry.name,
+                    key: entry.key,
+                    status,
+                    at: rec.created_at,
+                    undo,
+                },
+                entry.undo,
+            ));
         }
         Ok(entries)
     }
@@ -818,6 +1365,34 @@ impl CallJournal for Shared {
         tool: &'a str,
         key: &'a str,
     ) -> core::pin::Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>> {
-        Box::pin(self.journal(EntryKind::Tool, tool, key))
+        Box::pin(async move {
+            if self.compensating.load(Ordering::SeqCst) {
+                self.replay_only(tool, key).await?;
+            }
+            self.journal(EntryKind::Tool, tool, key, None).await
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The vector of docs/key-spec.md "Undo keys": an undo's key depends on its step's key
+    /// (and the run's name and version) alone.
+    #[test]
+    fn the_undo_key_matches_its_documented_vector() {
+        let step = "a63b2208f648767293039cca84fbe432812d89700f4e36a9b2b7f169ff420c5f";
+        let key = undo_key(step, "saga", 1).unwrap();
+        assert_eq!(
+            key,
+            "7724cd60bd77625eb79f1f0bb79257767987172d13616841989eb012adc0f20a"
+        );
+        assert_ne!(undo_key(step, "saga", 2).unwrap(), key);
+        assert_eq!(
+            compensation_key(step, "saga", 1).unwrap().len(),
+            64,
+            "a key of its own contract"
+        );
     }
 }

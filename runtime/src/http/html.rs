@@ -64,6 +64,11 @@ fn state_sentence(state: OperationState) -> &'static str {
         OperationState::Unknown => {
             "The outcome is unknown: the call stopped midway (its server died), so its effect may or may not have happened. It will not run again by itself; an operator must check and resolve it."
         }
+        OperationState::Compensating => "The task failed and its completed steps are being undone. This page reloads itself until it is done.",
+        OperationState::Compensated => "The task failed and every completed step was undone, as listed below.",
+        OperationState::NeedsIntervention => {
+            "The task failed and was undone as far as it could be: the steps marked below could not be undone (no undo, a failed undo, or an unknown outcome). An operator must finish the job."
+        }
     }
 }
 

@@ -555,6 +555,11 @@ fn operation_status(state: OperationState) -> StatusCode {
         OperationState::InProgress => StatusCode::ACCEPTED,
         OperationState::Failed => ProblemType::ToolFailed.status(),
         OperationState::Unknown => ProblemType::OutcomeUnknown.status(),
+        // A run: undoing, as running; undone, as a failed call; not fully undone, as an
+        // unknown outcome (an operator must act).
+        OperationState::Compensating => StatusCode::ACCEPTED,
+        OperationState::Compensated => ProblemType::ToolFailed.status(),
+        OperationState::NeedsIntervention => ProblemType::OutcomeUnknown.status(),
     }
 }
 
@@ -580,7 +585,9 @@ fn operation_response(op: &Operation, html: bool) -> Response {
     let headers = response.headers_mut();
     // Per-tenant data that changes state: never kept by a shared cache.
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    if let (OperationState::InProgress, Some(seconds)) = (op.state, retry_after) {
+    if let (OperationState::InProgress | OperationState::Compensating, Some(seconds)) =
+        (op.state, retry_after)
+    {
         headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
     }
     response

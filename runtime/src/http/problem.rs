@@ -196,7 +196,9 @@ impl ProblemType {
             Error::MissingContext { .. }
             | Error::DuplicateTool { .. }
             | Error::KeyFieldUnresolved { .. } => ProblemType::Misconfigured,
-            Error::NonDeterministic { .. } | Error::RunNotOwned { .. } => ProblemType::Internal,
+            Error::NonDeterministic { .. }
+            | Error::RunNotOwned { .. }
+            | Error::RunCompensating { .. } => ProblemType::Internal,
         }
     }
 }
