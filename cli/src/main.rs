@@ -25,6 +25,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use clap::{Parser, Subcommand};
 use serde_json::Value;
 use tool_contracts_runtime::store::{self, HistoryKind, Record, RecordState, Resolution};
+use tool_contracts_runtime::approval::{self, Decision, Verdict};
 use tool_contracts_runtime::{operation_with_history, with_scope, with_store, Operation};
 
 #[derive(Parser)]
@@ -96,6 +97,33 @@ enum Command {
             value_parser = parse_ttl
         )]
         ttl: Duration,
+    },
+    /// Approve a call waiting for approval (its operation key): its next attempt runs
+    /// it, once. The first decision wins, in every process sharing the store.
+    Approve {
+        /// The operation's key (the call's idempotency key).
+        key: String,
+        /// Who approves, as the history shows it. Default: `operator:$USER`.
+        #[arg(long)]
+        by: Option<String>,
+        /// The scope the call was made in (repeat for nested scopes, outermost first).
+        #[arg(long = "scope", value_name = "SCOPE")]
+        scopes: Vec<String>,
+    },
+    /// Deny a call waiting for approval: nothing runs, and every retry of the intent gets
+    /// the denial until it expires (the tool's ttl).
+    Deny {
+        /// The operation's key (the call's idempotency key).
+        key: String,
+        /// Why: shown to the caller (an agent reads it) and kept in the history.
+        #[arg(long)]
+        reason: String,
+        /// Who denies. Default: `operator:$USER`.
+        #[arg(long)]
+        by: Option<String>,
+        /// The scope the call was made in (repeat for nested scopes, outermost first).
+        #[arg(long = "scope", value_name = "SCOPE")]
+        scopes: Vec<String>,
     },
     /// Delete records past their expiry.
     Purge,
@@ -218,6 +246,22 @@ async fn run(cli: Cli) -> Result<(), String> {
                 );
             }
         }
+        Command::Approve { key, by, scopes } => {
+            let by = by.unwrap_or_else(operator);
+            let decision = decide(store, &scopes, &key, Verdict::Approved, &by, None).await?;
+            print_decision(&key, &decision, cli.json);
+        }
+        Command::Deny {
+            key,
+            reason,
+            by,
+            scopes,
+        } => {
+            let by = by.unwrap_or_else(operator);
+            let decision =
+                decide(store, &scopes, &key, Verdict::Denied, &by, Some(&reason)).await?;
+            print_decision(&key, &decision, cli.json);
+        }
         Command::Purge => {
             let n = store.purge_expired().await.map_err(|e| e.to_string())?;
             if cli.json {
@@ -242,6 +286,43 @@ async fn show(
         read = Box::pin(with_scope(scope.clone(), read));
     }
     with_store(store, read).await.map_err(|e| e.to_string())
+}
+
+/// Decides `key` in `scopes` (outermost first) through the CLI channel.
+async fn decide(
+    store: std::sync::Arc<dyn store::Store>,
+    scopes: &[String],
+    key: &str,
+    verdict: Verdict,
+    by: &str,
+    reason: Option<&str>,
+) -> Result<Decision, String> {
+    let mut decide: Pin<Box<dyn Future<Output = _> + '_>> = Box::pin(
+        tool_contracts_runtime::decide(key, verdict, by, approval::channel::CLI, reason),
+    );
+    for scope in scopes.iter().rev() {
+        decide = Box::pin(with_scope(scope.clone(), decide));
+    }
+    with_store(store, decide).await.map_err(|e| e.to_string())
+}
+
+fn print_decision(key: &str, decision: &Decision, json: bool) {
+    if json {
+        let mut doc = serde_json::to_value(decision).unwrap_or(Value::Null);
+        doc["key"] = Value::String(key.to_owned());
+        println!("{doc}");
+        return;
+    }
+    let what = match decision.verdict {
+        Verdict::Approved => "approved: its next attempt runs it, once",
+        _ => "denied: every retry of this intent gets the denial",
+    };
+    println!(
+        "{key}: {what} (by {} via {} at {})",
+        decision.by,
+        decision.channel,
+        rfc3339(decision.at)
+    );
 }
 
 /// The operation document, for a person: one field a line, then its history. Times are

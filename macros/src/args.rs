@@ -26,6 +26,8 @@ enum Shape {
     Flag { bare: bool },
     /// A path to a function: `verify_order`.
     FnPath(&'static str),
+    /// A string literal from a closed set, or a path to a function: `approval`.
+    StrOrFnPath(&'static str),
 }
 
 /// One option of the attributes: the one place that lists them, their value's shape,
@@ -118,6 +120,16 @@ const OPTIONS: &[OptionSpec] = &[
         shape: Shape::Str("\"optional\""),
         read_only: false,
     },
+    OptionSpec {
+        name: "approval",
+        shape: Shape::StrOrFnPath("\"required\""),
+        read_only: false,
+    },
+    OptionSpec {
+        name: "approval_expires",
+        shape: Shape::Str("\"24h\""),
+        read_only: false,
+    },
 ];
 
 /// The options an attribute takes, in the order messages list them.
@@ -134,6 +146,13 @@ enum Value {
     Str(LitStr),
     Int(LitInt),
     Flag(Flag),
+    FnPath(syn::ExprPath),
+    StrOrFnPath(StrOrFnPath),
+}
+
+/// `approval = "required"` or `approval = path::to::policy`.
+pub(crate) enum StrOrFnPath {
+    Str(LitStr),
     FnPath(syn::ExprPath),
 }
 
@@ -204,6 +223,10 @@ pub(crate) struct Args {
     pub unknown_outcome_if: Option<Opt<syn::ExprPath>>,
     /// `task = "optional"`: MCP calls may become tasks.
     pub task: Option<Opt<LitStr>>,
+    /// `approval = "required" | "never" | path::to::policy`.
+    pub approval: Option<Opt<StrOrFnPath>>,
+    /// `approval_expires = "24h"`.
+    pub approval_expires: Option<Opt<LitStr>>,
 }
 
 /// Parses the attribute's tokens. Never fails outright: syntax errors are
@@ -280,6 +303,13 @@ fn parse_option(
         Shape::Int => Value::Int(parse_int(input, &kw)?),
         Shape::Flag { bare } => Value::Flag(parse_flag(input, &kw, bare)?),
         Shape::FnPath(example) => Value::FnPath(parse_fn_path(input, &kw, example)?),
+        Shape::StrOrFnPath(example) => {
+            let lit = input.peek(Token![=]) && input.peek2(LitStr);
+            Value::StrOrFnPath(match lit {
+                true => StrOrFnPath::Str(parse_str(input, &kw, example)?),
+                false => StrOrFnPath::FnPath(parse_fn_path(input, &kw, "needs_approval")?),
+            })
+        }
     };
     args.set(spec.name, kw, value, errors);
     Ok(())
@@ -309,6 +339,10 @@ impl Args {
                 store(&mut self.unknown_outcome_if, kw, v, errors)
             }
             ("task", Value::Str(v)) => store(&mut self.task, kw, v, errors),
+            ("approval", Value::StrOrFnPath(v)) => store(&mut self.approval, kw, v, errors),
+            ("approval_expires", Value::Str(v)) => {
+                store(&mut self.approval_expires, kw, v, errors)
+            }
             // The table and this match disagree: a bug here, reported, never a panic.
             (name, _) => errors.push(syn::Error::new(
                 kw.span(),

@@ -113,6 +113,10 @@ fn mutating_body(c: &Contract, n: &Names, block: &syn::Block) -> TokenStream {
         .filter(|p| p.context.is_none())
         .map(|p| arg_call(p, builder));
     let ops_statements = ops_statements(c, ops);
+    let approval_call = match c.approval_policy {
+        Some(path) => approval_call(c, path, builder),
+        None => TokenStream::new(),
+    };
     let ret_ty = c.ret;
     let ok = c.ok;
     let err = c.err;
@@ -219,6 +223,7 @@ fn mutating_body(c: &Contract, n: &Names, block: &syn::Block) -> TokenStream {
             let mut #builder = ::tool_contracts::__private::CallBuilder::new(&#spec);
             #key_fields
             #(#arg_calls)*
+            #approval_call
             #builder.finish()
         };
         #ops_statements
@@ -226,12 +231,22 @@ fn mutating_body(c: &Contract, n: &Names, block: &syn::Block) -> TokenStream {
     }
 }
 
-/// `let __tc_verdict: Result<Option<T>, E> = verify(&a, b, ..).await;`, every
-/// token spanned at the user's `verify = path`, so a verify function of the
-/// wrong shape is reported there. The tokens are the same in the body and in
-/// the registry's reconcile entry, so the same mistake yields one diagnostic.
-fn verify_call(c: &Contract, path: &syn::ExprPath, verdict: &Ident) -> TokenStream {
+/// `builder.require_approval(policy(&a, b, ..));` with the parameters lent as `verify`
+/// gets them, every token spanned at the user's `approval = path`: a policy of the wrong
+/// shape is reported there.
+fn approval_call(c: &Contract, path: &syn::ExprPath, builder: &Ident) -> TokenStream {
     let span = first_span(path);
+    let refs = param_refs(c, span);
+    let needed = private("__tc_needs_approval");
+    quote_spanned! {span=>
+        let #needed: bool = #path(#(#refs),*);
+        #builder.require_approval(#needed);
+    }
+}
+
+/// The tool's receiver and parameters by reference, spanned at `span`: what `verify` and
+/// an approval policy receive.
+fn param_refs(c: &Contract, span: Span) -> Vec<TokenStream> {
     let mut refs = Vec::new();
     if let Some(receiver) = c.model.receiver {
         let mut this = Ident::new("self", receiver.self_token.span);
@@ -241,6 +256,16 @@ fn verify_call(c: &Contract, path: &syn::ExprPath, verdict: &Ident) -> TokenStre
     for param in &c.params {
         refs.push(by_reference(&respanned(param.ident, span), param.ty, span));
     }
+    refs
+}
+
+/// `let __tc_verdict: Result<Option<T>, E> = verify(&a, b, ..).await;`, every
+/// token spanned at the user's `verify = path`, so a verify function of the
+/// wrong shape is reported there. The tokens are the same in the body and in
+/// the registry's reconcile entry, so the same mistake yields one diagnostic.
+fn verify_call(c: &Contract, path: &syn::ExprPath, verdict: &Ident) -> TokenStream {
+    let span = first_span(path);
+    let refs = param_refs(c, span);
     let ok = c.ok;
     let err = c.err;
     quote_spanned! {span=>
@@ -396,6 +421,8 @@ fn spec_static(c: &Contract, n: &Names) -> TokenStream {
     let payload_mismatch = format_ident!("{}", c.payload_mismatch);
     let on_unknown = format_ident!("{}", c.on_unknown);
     let task = format_ident!("{}", c.task);
+    let approval = format_ident!("{}", c.approval);
+    let approval_expires = Literal::u64_suffixed(c.approval_expires_ms);
     let cache_errors = c.cache_errors;
     let destructive = c.destructive;
     let open_world = c.open_world;
@@ -417,6 +444,8 @@ fn spec_static(c: &Contract, n: &Names) -> TokenStream {
             destructive: #destructive,
             open_world: #open_world,
             task: ::tool_contracts::__private::TaskSupport::#task,
+            approval: ::tool_contracts::__private::ApprovalRule::#approval,
+            approval_expires: ::core::time::Duration::from_millis(#approval_expires),
             location: ::tool_contracts::__private::SourceLocation {
                 module_path: ::core::module_path!(),
                 file: ::core::file!(),

@@ -3,7 +3,7 @@
 //! checks, or reports every violation at once, each spanned at the token the
 //! user must change.
 
-use crate::args::{bracket_span, Args, Flag, KeyField, Opt};
+use crate::args::{bracket_span, Args, Flag, KeyField, Opt, StrOrFnPath};
 use crate::diag::{backticked, closest, type_to_string, Errors};
 use crate::model::{Model, Param};
 use crate::Kind;
@@ -34,6 +34,10 @@ const CLOCK_TYPES: &[&str] = &[
     "Zoned",
 ];
 
+/// How long an approval request stays open, and an approval usable, by default: a day,
+/// so a request made in the evening is still there in the morning.
+const DEFAULT_APPROVAL_EXPIRES_MS: u64 = 86_400_000;
+
 const DURATION_HINT: &str = r#"write a duration like "30s", "15m", "24h" or "1h30m""#;
 const NAME_RULE: &str =
     "tool names are 1 to 128 characters from `A-Z`, `a-z`, `0-9`, `_`, `-` and `.`";
@@ -62,6 +66,10 @@ pub(crate) struct Contract<'a> {
     pub verify: Option<&'a syn::ExprPath>,
     /// `unknown_outcome_if = path`: errors that keep the claim for reconciliation.
     pub unknown_outcome_if: Option<&'a syn::ExprPath>,
+    /// `approval = ...`: the runtime's `ApprovalRule` variant, and the policy function.
+    pub approval: &'static str,
+    pub approval_policy: Option<&'a syn::ExprPath>,
+    pub approval_expires_ms: u64,
     /// Sorted in JCS order (UTF-16 code units of the path).
     pub key_fields: Vec<&'a KeyField>,
     pub params: Vec<ToolParam<'a>>,
@@ -190,6 +198,8 @@ pub(crate) fn check<'a>(
         errors,
     );
     let flag = |opt: &Option<Opt<Flag>>| opt.as_ref().is_some_and(|o| o.value.value);
+    let (approval, approval_policy) = approval_rule(args, errors);
+    let approval_expires_ms = approval_expires(args, approval, errors);
 
     check_generics(model, errors);
     if let Some(receiver) = model.receiver {
@@ -234,6 +244,9 @@ pub(crate) fn check<'a>(
         open_world: flag(&args.open_world),
         verify: args.verify.as_ref().map(|o| &o.value),
         unknown_outcome_if: args.unknown_outcome_if.as_ref().map(|o| &o.value),
+        approval,
+        approval_policy,
+        approval_expires_ms,
         key_fields,
         params: params?,
         ret,
@@ -267,6 +280,8 @@ fn check_options_apply(kind: Kind, args: &Args, errors: &mut Errors) {
         args.verify.as_ref().map(|o| &o.kw),
         args.unknown_outcome_if.as_ref().map(|o| &o.kw),
         args.task.as_ref().map(|o| &o.kw),
+        args.approval.as_ref().map(|o| &o.kw),
+        args.approval_expires.as_ref().map(|o| &o.kw),
     ];
     for kw in mutating_only.into_iter().flatten() {
         errors.push(syn::Error::new(
@@ -429,6 +444,51 @@ fn duration(opt: &Opt<LitStr>, errors: &mut Errors) -> u64 {
             1
         }
     }
+}
+
+/// `approval`: the runtime's `ApprovalRule` variant, and the policy function if one.
+fn approval_rule<'a>(
+    args: &'a Args,
+    errors: &mut Errors,
+) -> (&'static str, Option<&'a syn::ExprPath>) {
+    let Some(opt) = &args.approval else {
+        return ("Default", None);
+    };
+    match &opt.value {
+        StrOrFnPath::FnPath(path) => ("Policy", Some(path)),
+        StrOrFnPath::Str(lit) => match lit.value().as_str() {
+            "required" => ("Required", None),
+            "never" => ("Never", None),
+            written => {
+                errors.push(syn::Error::new(
+                    lit.span(),
+                    format!(
+                        "`approval` must be \"required\", \"never\" or a path to a policy function \
+                         (`approval = needs_approval`, a `fn` taking the tool's parameters by reference \
+                         and returning `bool`), not {written:?}"
+                    ),
+                ));
+                ("Default", None)
+            }
+        },
+    }
+}
+
+/// `approval_expires`: only where a call can wait for approval.
+fn approval_expires(args: &Args, approval: &str, errors: &mut Errors) -> u64 {
+    let Some(opt) = &args.approval_expires else {
+        return DEFAULT_APPROVAL_EXPIRES_MS;
+    };
+    let destructive = args.destructive.as_ref().is_some_and(|o| o.value.value);
+    let asks = matches!(approval, "Required" | "Policy") || (approval == "Default" && destructive);
+    if !asks {
+        errors.push(syn::Error::new(
+            opt.kw.span(),
+            "`approval_expires` says how long an approval request stays open, but no call of this tool asks for one; \
+             add `approval = \"required\"` (or a policy function), or remove `approval_expires`",
+        ));
+    }
+    duration(opt, errors)
 }
 
 /// A string option with a closed set of values; returns the runtime variant.

@@ -16,7 +16,7 @@ pub use crate::engine::{
 pub use crate::error::Error;
 pub use crate::registry::{BoxFuture, Context, InvokeFn, KeyOfFn, ReconcileFn, ToolDescriptor};
 pub use crate::spec::{
-    Concurrent, Mismatch, OnUnknown, SourceLocation, TaskSupport, ToolKind, ToolSpec,
+    ApprovalRule, Concurrent, Mismatch, OnUnknown, SourceLocation, TaskSupport, ToolKind, ToolSpec,
 };
 pub use ::inventory;
 pub use ::schemars;

@@ -9,6 +9,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::ambient;
+use crate::approval::Gate;
 use crate::error::Error;
 use crate::key::{self, KeyBuilder, KeyFieldError};
 use crate::lease::{self, Acquired, Lease, OnBusy, Policy};
@@ -29,6 +30,8 @@ pub struct Call {
     fingerprint: String,
     /// The JSON arguments, kept in the store for reconciliation.
     args: String,
+    /// Whether the call waits for a person's approval before its key is claimed.
+    approval: bool,
 }
 
 /// Builds a [`Call`] from the tool's arguments, by reference, before the body moves them.
@@ -38,6 +41,8 @@ pub struct CallBuilder {
     key: KeyBuilder,
     error: Option<Error>,
     args: Vec<u8>,
+    /// Whether the call waits for approval (the tool's rule, then its policy function).
+    approval: bool,
 }
 
 impl CallBuilder {
@@ -51,7 +56,13 @@ impl CallBuilder {
             key: KeyBuilder::new(key::TOOL_KEY_CONTRACT),
             error: None,
             args,
+            approval: crate::approval::required_by_rule(spec),
         }
+    }
+
+    /// `approval = policy`: the policy function's answer for this call's arguments.
+    pub fn require_approval(&mut self, needed: bool) {
+        self.approval = needed;
     }
 
     /// Adds a key field; paths come in the order of `spec.key_fields`.
@@ -135,6 +146,7 @@ impl CallBuilder {
             scope,
             fingerprint: key::fingerprint(&args),
             args,
+            approval: self.approval,
         })
     }
 }
@@ -569,6 +581,12 @@ where
     }
     let spec = call.spec;
     let store = ambient::current_store();
+    if call.approval {
+        if let Some(e) = approval_gate(&call, &store).await {
+            telemetry.decided(Decision::Rejected);
+            return Err(fail(telemetry, e));
+        }
+    }
     let lease = match acquire(&call, &store, has_verify, task_start.is_some()).await {
         Ok(lease) => {
             if let Some(start) = task_start {
@@ -660,6 +678,39 @@ where
         }
     }
     result
+}
+
+/// A call that needs approval: `None` to go on (approved, or its key already claimed),
+/// else why nothing runs.
+async fn approval_gate(call: &Call, store: &Arc<dyn Store>) -> Option<Error> {
+    let spec = call.spec;
+    let accepts = |theirs: &str| call.accepts(theirs);
+    let gate = crate::approval::gate(store, spec, call.request(), &accepts).await;
+    match gate {
+        Ok(Gate::Proceed) => None,
+        Ok(Gate::Pending { expires_in }) => {
+            tracing::info!(tool = spec.name, key = %call.key, decision = "awaiting_approval", "tool-contracts: the call waits for approval; nothing ran");
+            Some(Error::AwaitingApproval {
+                tool: spec.name.to_owned(),
+                key: call.key.clone(),
+                expires_in_ms: u64::try_from(expires_in.as_millis()).unwrap_or(u64::MAX),
+            })
+        }
+        Ok(Gate::Denied(decision)) => {
+            tracing::info!(tool = spec.name, key = %call.key, decision = "denied", "tool-contracts: the call was denied; replaying the denial");
+            Some(Error::Denied {
+                tool: spec.name.to_owned(),
+                key: call.key.clone(),
+                by: format!("{} via {}", decision.by, decision.channel),
+                reason: decision.reason,
+            })
+        }
+        Ok(Gate::Mismatch(theirs)) => Some(call.key_reused(theirs.as_deref())),
+        Err(e) => {
+            tracing::warn!(tool = spec.name, key = %call.key, decision = "rejected", reason = "store", error = %e, "tool-contracts: store failed; nothing ran");
+            Some(call.store_error(e))
+        }
+    }
 }
 
 /// Why a call does not run its body: a stored result to replay, or a refusal.

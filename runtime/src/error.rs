@@ -154,6 +154,39 @@ pub enum Error {
         /// Where the run stands: running elsewhere (or abandoned), or finished.
         state: crate::run::RunState,
     },
+    /// The call needs a human's approval and none was given yet: nothing ran and nothing
+    /// was claimed but the request (docs/approval.md). Retry the same call once someone
+    /// approved it: it runs once.
+    #[error("tool `{tool}`: this call needs a person's approval before it runs, and none was given yet; nothing ran. Operation {key} is awaiting approval: ask a person to approve it (`tool-contracts approve {key}`, `POST /operations/{key}/approve`, or `tool_contracts::approve`), then retry this same call and it runs once. The request expires in {expires_in_ms} ms if nobody answers")]
+    AwaitingApproval {
+        /// Tool name.
+        tool: String,
+        /// The call's idempotency key: the operation id to approve.
+        key: String,
+        /// How long the request stays open, in milliseconds.
+        expires_in_ms: u64,
+    },
+    /// Someone denied this intent: nothing ran, and every retry of it gets this denial
+    /// until the decision expires (the tool's `ttl`).
+    #[error("tool `{tool}`: {by} denied this call (operation {key}){}; nothing ran. Do not retry it: every retry of this intent gets this denial. Tell the user, or ask for a different action", reason.as_ref().map(|r| format!(": {r}")).unwrap_or_default())]
+    Denied {
+        /// Tool name.
+        tool: String,
+        /// The call's idempotency key.
+        key: String,
+        /// Who denied it, and through which channel.
+        by: String,
+        /// The reason they gave.
+        reason: Option<String>,
+    },
+    /// A decision was asked for a call that is not waiting for one.
+    #[error("operation {key} cannot be decided: {message}")]
+    NoPendingApproval {
+        /// The call's idempotency key.
+        key: String,
+        /// Why, and what to do.
+        message: String,
+    },
     /// The run is compensating (or was compensated): no new step or tool call runs in it.
     /// Replay its finished steps and call `Run::compensate`, which resumes the
     /// compensation where it stopped.
@@ -222,11 +255,15 @@ impl Error {
             | Error::Codec { tool, .. }
             | Error::MissingContext { tool, .. }
             | Error::ToolFailed { tool, .. }
-            | Error::KeyFieldUnresolved { tool, .. } => Some(tool),
+            | Error::KeyFieldUnresolved { tool, .. }
+            | Error::AwaitingApproval { tool, .. }
+            | Error::Denied { tool, .. } => Some(tool),
             Error::NonDeterministic { run, .. }
             | Error::RunNotOwned { run, .. }
             | Error::RunCompensating { run, .. } => Some(run),
-            Error::UnknownTool { .. } | Error::DuplicateTool { .. } => None,
+            Error::UnknownTool { .. }
+            | Error::DuplicateTool { .. }
+            | Error::NoPendingApproval { .. } => None,
         }
     }
 
@@ -238,7 +275,10 @@ impl Error {
             | Error::OutcomeUnknown { key, .. }
             | Error::NonDeterministic { key, .. }
             | Error::RunNotOwned { key, .. }
-            | Error::RunCompensating { key, .. } => Some(key),
+            | Error::RunCompensating { key, .. }
+            | Error::AwaitingApproval { key, .. }
+            | Error::Denied { key, .. }
+            | Error::NoPendingApproval { key, .. } => Some(key),
             Error::Store { key, .. } | Error::Codec { key, .. } | Error::ToolFailed { key, .. } => {
                 key.as_deref()
             }
@@ -263,6 +303,9 @@ impl Error {
             Error::NonDeterministic { .. } => "non_deterministic",
             Error::RunNotOwned { .. } => "run_not_owned",
             Error::RunCompensating { .. } => "run_compensating",
+            Error::AwaitingApproval { .. } => "awaiting_approval",
+            Error::Denied { .. } => "denied",
+            Error::NoPendingApproval { .. } => "no_pending_approval",
         }
     }
 }

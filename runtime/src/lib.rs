@@ -31,6 +31,7 @@ macro_rules! lowercase_names {
 pub(crate) use lowercase_names;
 
 mod ambient;
+pub mod approval;
 mod contracts;
 #[cfg(feature = "http-client")]
 pub mod downstream;
@@ -64,6 +65,10 @@ pub use ambient::{
     current_key, current_key_uuid, max_argument_bytes, set_default_store, set_max_argument_bytes,
     with_scope, with_store, worker_id, DEFAULT_MAX_ARGUMENT_BYTES,
 };
+pub use approval::{
+    approval_request, approve, decide, deny, require_approval_for_destructive, ApprovalRequest,
+    Decision, Verdict,
+};
 pub use error::Error;
 pub use operation::{operation, operation_with_history, Operation, OperationState};
 pub use recovery::{recover, recover_once, RecoveryReport};
@@ -75,7 +80,9 @@ pub use run::{
     Run, RunInfo, RunOptions, RunState, RunStatus, StepCompensation, StepOptions, Undo,
     UndoContext, UndoOutcome, RUN_KEY_CONTRACT,
 };
-pub use spec::{Concurrent, Mismatch, OnUnknown, SourceLocation, TaskSupport, ToolKind};
+pub use spec::{
+    ApprovalRule, Concurrent, Mismatch, OnUnknown, SourceLocation, TaskSupport, ToolKind,
+};
 pub use store::{MemoryStore, Store};
 
 /// Re-exported: tool parameters implement `schemars::JsonSchema`.

@@ -46,6 +46,13 @@ pub enum OperationState {
     /// undo failed or has an unknown outcome. `error` holds the compensation, whose
     /// `steps` say which; an operator must finish the job.
     NeedsIntervention,
+    /// The call needs a person's approval and asked for it: nothing ran yet
+    /// ([`Operation::approval`] says until when; docs/approval.md).
+    AwaitingApproval,
+    /// Approved and not run yet: the call's next attempt runs it (once).
+    Approved,
+    /// Denied: nothing ran, and the intent's attempts get the denial until it expires.
+    Denied,
 }
 
 crate::lowercase_names! {
@@ -57,6 +64,9 @@ crate::lowercase_names! {
         Compensating => "compensating",
         Compensated => "compensated",
         NeedsIntervention => "needs_intervention",
+        AwaitingApproval => "awaiting_approval",
+        Approved => "approved",
+        Denied => "denied",
     }
 }
 
@@ -131,7 +141,12 @@ pub struct Operation {
         serialize_with = "millis"
     )]
     pub lease_remaining: Option<Duration>,
-    /// The key's history, oldest first, when asked for.
+    /// The call's approval, for a tool that asked for one: requested, pending, decided
+    /// (who, when, through which channel, why), expired.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approval: Option<crate::approval::Approval>,
+    /// The key's history, oldest first, when asked for (with its approval's: requested,
+    /// approved, denied).
     #[serde(skip_serializing_if = "Option::is_none", serialize_with = "history")]
     pub history: Option<Vec<HistoryEvent>>,
 }
@@ -194,9 +209,49 @@ impl Operation {
             created_at: record.created_at,
             updated_at: record.updated_at,
             expires_at: record.expires_at,
+            approval: None,
             history,
             key: record.key,
             tool: record.tool,
+        }))
+    }
+
+    /// The operation of a call that has not claimed its key, from its approval record:
+    /// awaiting approval, approved (not run yet) or denied. `None` for an expired request
+    /// or decision: the next call asks again, as for a key never used.
+    fn from_approval(
+        key: &str,
+        observed: &Observed,
+        history: Option<Vec<HistoryEvent>>,
+    ) -> Result<Option<Operation>, Error> {
+        let approval = crate::approval::from_observed(observed).map_err(|message| Error::Codec {
+            tool: observed.record.tool.clone(),
+            key: Some(key.to_owned()),
+            message,
+        })?;
+        let Some(approval) = approval else {
+            return Ok(None);
+        };
+        let state = match approval.state {
+            crate::approval::ApprovalState::Pending => OperationState::AwaitingApproval,
+            crate::approval::ApprovalState::Approved => OperationState::Approved,
+            crate::approval::ApprovalState::Denied => OperationState::Denied,
+            _ => return Ok(None),
+        };
+        let record = &observed.record;
+        Ok(Some(Operation {
+            key: key.to_owned(),
+            tool: crate::approval::tool_of(&record.tool).to_owned(),
+            version: record.version,
+            state,
+            result: None,
+            error: None,
+            created_at: record.created_at,
+            updated_at: record.updated_at,
+            expires_at: approval.expires_at,
+            lease_remaining: None,
+            approval: Some(approval),
+            history,
         }))
     }
 
@@ -283,7 +338,8 @@ impl ToolDescriptor {
     }
 }
 
-/// The one read: the reader's scope, the store's record and clock, the scope rule.
+/// The one read: the reader's scope, the store's record and clock, the scope rule; then
+/// the call's approval record, if it asked for one (docs/approval.md).
 async fn read(label: &str, key: &str, with_history: bool) -> Result<Option<Operation>, Error> {
     let scope = ambient::caller_scope(label)?;
     let store = ambient::current_store();
@@ -292,20 +348,48 @@ async fn read(label: &str, key: &str, with_history: bool) -> Result<Option<Opera
         key: Some(key.to_owned()),
         source,
     };
-    let Some(observed) = store.observe(key).await.map_err(store_error)? else {
-        return Ok(None);
-    };
-    if !ambient::may_read(scope.as_deref(), observed.record.scope.as_deref()) {
+    let observed = match store.observe(key).await.map_err(store_error)? {
         // Indistinguishable from absent, and the history is not read at all.
-        return Ok(None);
-    }
+        Some(o) if !ambient::may_read(scope.as_deref(), o.record.scope.as_deref()) => None,
+        other => other,
+    };
+    let approval = crate::approval::observe(&store, scope.as_deref(), key)
+        .await
+        .map_err(store_error)?;
+    let approval_history = match (&approval, with_history) {
+        (Some((approval_key, _)), true) => {
+            let mut events = store.history(approval_key).await.map_err(store_error)?;
+            for event in &mut events {
+                event.kind = crate::approval::history_kind(event.kind);
+            }
+            events
+        }
+        _ => Vec::new(),
+    };
+    let Some(observed) = observed else {
+        return match approval {
+            Some((_, approval)) => {
+                Operation::from_approval(key, &approval, with_history.then_some(approval_history))
+            }
+            None => Ok(None),
+        };
+    };
     let history = match with_history {
-        true => Some(store.history(key).await.map_err(store_error)?),
+        true => {
+            let mut events = store.history(key).await.map_err(store_error)?;
+            events.extend(approval_history);
+            // Stable: a call's own events keep their order among equal times.
+            events.sort_by_key(|e| e.at);
+            Some(events)
+        }
         false => None,
     };
     let Some(mut op) = Operation::from_observed(observed, history)? else {
         return Ok(None);
     };
+    if let Some((_, approval)) = &approval {
+        op.approval = crate::approval::from_observed(approval).ok().flatten();
+    }
     op.state = run_state(&store, &op).await.map_err(store_error)?;
     Ok(Some(op))
 }
@@ -347,7 +431,7 @@ async fn run_state(
 
 /// A time as RFC 3339 in UTC, to the millisecond. Times RFC 3339 cannot write (before
 /// 1970, after 9999) are clamped to its range: a store's answer never makes this panic.
-struct Rfc3339(SystemTime);
+pub(crate) struct Rfc3339(pub(crate) SystemTime);
 
 impl Serialize for Rfc3339 {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {

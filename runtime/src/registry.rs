@@ -137,6 +137,19 @@ impl ToolDescriptor {
     pub fn on_unknown(&self) -> OnUnknown {
         self.spec.on_unknown
     }
+    /// Whether calls wait for a person's approval: `Required`, `Policy` (its function
+    /// decides per call) or `Never`, with the process-wide policy for destructive tools
+    /// applied ([`require_approval_for_destructive`](crate::require_approval_for_destructive)).
+    pub fn approval(&self) -> crate::ApprovalRule {
+        match self.spec.kind {
+            ToolKind::Mutating => crate::approval::effective_rule(self.spec),
+            ToolKind::ReadOnly => crate::ApprovalRule::Never,
+        }
+    }
+    /// How long an approval request stays open, and an approval usable.
+    pub fn approval_expires(&self) -> core::time::Duration {
+        self.spec.approval_expires
+    }
     /// Whether `Err` results are stored and replayed.
     pub fn cache_errors(&self) -> bool {
         self.spec.cache_errors
@@ -192,6 +205,8 @@ impl ToolDescriptor {
             "cacheErrors": self.spec.cache_errors,
             "verify": self.reconcile.is_some(),
             "task": self.task_support().as_str(),
+            "approval": self.approval().as_str(),
+            "approvalExpiresSeconds": self.spec.approval_expires.as_secs(),
         })
     }
 

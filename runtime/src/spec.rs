@@ -63,6 +63,34 @@ crate::lowercase_names! {
     }
 }
 
+/// Whether a call of a mutating tool waits for a human's approval before it runs: the
+/// `approval` option (docs/approval.md). An approval is a fact stored under the call's key,
+/// so a retry never asks twice and every process sharing the store sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ApprovalRule {
+    /// No approval (the default), unless the tool is `destructive` and the process
+    /// requires approval for destructive tools
+    /// ([`require_approval_for_destructive`](crate::require_approval_for_destructive)).
+    Default,
+    /// `approval = "never"`: never asks, whatever the process-wide policy says.
+    Never,
+    /// `approval = "required"`: every new intent waits for a decision.
+    Required,
+    /// `approval = path::to::policy`: the policy function decides per call from the
+    /// tool's parameters (e.g. above an amount).
+    Policy,
+}
+
+crate::lowercase_names! {
+    ApprovalRule {
+        Default => "default",
+        Never => "never",
+        Required => "required",
+        Policy => "policy",
+    }
+}
+
 /// Where a tool was declared, for error messages and operators.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SourceLocation {
@@ -105,6 +133,11 @@ pub struct ToolSpec {
     pub open_world: bool,
     /// Whether an MCP call may become a task (`task = "optional"`).
     pub task: TaskSupport,
+    /// Whether a call waits for a human's approval (`approval = ...`).
+    pub approval: ApprovalRule,
+    /// How long an approval request stays open, and how long a given approval may be used
+    /// by the call's retry (`approval_expires`, default 24 h).
+    pub approval_expires: Duration,
     pub location: SourceLocation,
 }
 
@@ -137,6 +170,8 @@ impl ToolSpec {
             destructive: false,
             open_world: false,
             task: TaskSupport::Forbidden,
+            approval: ApprovalRule::Default,
+            approval_expires: Duration::from_secs(86_400),
             location,
         }
     }

@@ -69,6 +69,15 @@ fn state_sentence(state: OperationState) -> &'static str {
         OperationState::NeedsIntervention => {
             "The task failed and was undone as far as it could be: the steps marked below could not be undone (no undo, a failed undo, or an unknown outcome). An operator must finish the job."
         }
+        OperationState::AwaitingApproval => {
+            "Waiting for a person's approval. Nothing has run yet: once someone approves it, the call runs once when it is sent again."
+        }
+        OperationState::Approved => {
+            "Approved. Nothing has run yet: sending the same request again runs it, once."
+        }
+        OperationState::Denied => {
+            "Denied. Nothing ran, and sending the same request again returns the same denial."
+        }
     }
 }
 

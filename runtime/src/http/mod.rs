@@ -560,6 +560,10 @@ fn operation_status(state: OperationState) -> StatusCode {
         OperationState::Compensating => StatusCode::ACCEPTED,
         OperationState::Compensated => ProblemType::ToolFailed.status(),
         OperationState::NeedsIntervention => ProblemType::OutcomeUnknown.status(),
+        // Approval: nothing ran; waiting (for a person, or for the approved call's retry)
+        // is pending work, a denial is the refusal the call itself gets.
+        OperationState::AwaitingApproval | OperationState::Approved => StatusCode::ACCEPTED,
+        OperationState::Denied => ProblemType::Denied.status(),
     }
 }
 

@@ -61,6 +61,16 @@ pub enum ProblemType {
     /// `422`: the tool ran and returned its own error. Released (a retry runs again) unless
     /// the tool stores its errors (`cache_errors`), when `operation` links the stored one.
     ToolFailed,
+    /// `403`: the call needs a person's approval and none was given yet; nothing ran.
+    /// Member `operation`: the operation page, where it can be approved
+    /// (`POST {operation}/approve`); retry the same call after that and it runs once.
+    AwaitingApproval,
+    /// `403`: a person denied this intent; nothing ran, and retries get this denial until
+    /// it expires. Members `by` and `reason`.
+    Denied,
+    /// `409`: a decision was sent for an operation that is not waiting for one (never
+    /// asked, expired, or already decided the other way).
+    NoPendingApproval,
     /// `500`: an earlier call with this key stopped mid-call (its worker died): the effect
     /// may or may not have happened, and nothing runs again until an operator resolves
     /// the key. Never a success.
@@ -84,7 +94,10 @@ impl ProblemType {
     pub fn status(self) -> StatusCode {
         match self {
             ProblemType::InvalidArguments => StatusCode::BAD_REQUEST,
-            ProblemType::CrossOrigin => StatusCode::FORBIDDEN,
+            ProblemType::CrossOrigin | ProblemType::AwaitingApproval | ProblemType::Denied => {
+                StatusCode::FORBIDDEN
+            }
+            ProblemType::NoPendingApproval => StatusCode::CONFLICT,
             ProblemType::UnknownTool | ProblemType::OperationNotFound => StatusCode::NOT_FOUND,
             ProblemType::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ProblemType::InProgress => StatusCode::CONFLICT,
@@ -112,6 +125,9 @@ impl ProblemType {
             ProblemType::UnsupportedMediaType => "unsupported_media_type",
             ProblemType::KeyReused => "key_reused",
             ProblemType::ToolFailed => "tool_failed",
+            ProblemType::AwaitingApproval => "awaiting_approval",
+            ProblemType::Denied => "denied",
+            ProblemType::NoPendingApproval => "no_pending_approval",
             ProblemType::OutcomeUnknown => "outcome_unknown",
             ProblemType::Codec => "codec",
             ProblemType::Misconfigured => "misconfigured",
@@ -133,6 +149,9 @@ impl ProblemType {
             ProblemType::UnsupportedMediaType => "Unsupported media type",
             ProblemType::KeyReused => "Idempotency key reused with other arguments",
             ProblemType::ToolFailed => "Tool failed",
+            ProblemType::AwaitingApproval => "Awaiting approval",
+            ProblemType::Denied => "Denied",
+            ProblemType::NoPendingApproval => "No approval pending",
             ProblemType::OutcomeUnknown => "Outcome unknown",
             ProblemType::Codec => "Stored value does not decode",
             ProblemType::Misconfigured => "Server misconfigured",
@@ -154,6 +173,9 @@ impl ProblemType {
             ProblemType::UnsupportedMediaType => "UnsupportedMediaType",
             ProblemType::KeyReused => "KeyReused",
             ProblemType::ToolFailed => "ToolFailed",
+            ProblemType::AwaitingApproval => "AwaitingApproval",
+            ProblemType::Denied => "Denied",
+            ProblemType::NoPendingApproval => "NoPendingApproval",
             ProblemType::OutcomeUnknown => "OutcomeUnknown",
             ProblemType::Codec => "Codec",
             ProblemType::Misconfigured => "Misconfigured",
@@ -164,7 +186,7 @@ impl ProblemType {
     }
 
     /// Every type, for tables and tests.
-    pub const ALL: [ProblemType; 15] = [
+    pub const ALL: [ProblemType; 18] = [
         ProblemType::InvalidArguments,
         ProblemType::CrossOrigin,
         ProblemType::UnknownTool,
@@ -175,6 +197,9 @@ impl ProblemType {
         ProblemType::UnsupportedMediaType,
         ProblemType::KeyReused,
         ProblemType::ToolFailed,
+        ProblemType::AwaitingApproval,
+        ProblemType::Denied,
+        ProblemType::NoPendingApproval,
         ProblemType::OutcomeUnknown,
         ProblemType::Codec,
         ProblemType::Misconfigured,
@@ -191,6 +216,9 @@ impl ProblemType {
             Error::KeyReused { .. } => ProblemType::KeyReused,
             Error::ToolFailed { .. } => ProblemType::ToolFailed,
             Error::OutcomeUnknown { .. } => ProblemType::OutcomeUnknown,
+            Error::AwaitingApproval { .. } => ProblemType::AwaitingApproval,
+            Error::Denied { .. } => ProblemType::Denied,
+            Error::NoPendingApproval { .. } => ProblemType::NoPendingApproval,
             Error::Store { .. } => ProblemType::StoreUnavailable,
             Error::Codec { .. } => ProblemType::Codec,
             Error::MissingContext { .. }

@@ -341,6 +341,13 @@ pub enum HistoryKind {
     Reconciled,
     /// An operator completed or released the key.
     Resolved,
+    /// A call that needs approval asked for it (in its call's history: the claims of its
+    /// approval record, docs/approval.md).
+    ApprovalRequested,
+    /// Someone approved the call (`worker`: who, and through which channel).
+    Approved,
+    /// Someone denied the call (`worker`: who, and through which channel).
+    Denied,
 }
 
 impl HistoryKind {
@@ -354,6 +361,9 @@ impl HistoryKind {
             HistoryKind::TakenOver => "taken_over",
             HistoryKind::Reconciled => "reconciled",
             HistoryKind::Resolved => "resolved",
+            HistoryKind::ApprovalRequested => "approval_requested",
+            HistoryKind::Approved => "approved",
+            HistoryKind::Denied => "denied",
         }
     }
 
@@ -367,6 +377,9 @@ impl HistoryKind {
             "taken_over" => HistoryKind::TakenOver,
             "reconciled" => HistoryKind::Reconciled,
             "resolved" => HistoryKind::Resolved,
+            "approval_requested" => HistoryKind::ApprovalRequested,
+            "approved" => HistoryKind::Approved,
+            "denied" => HistoryKind::Denied,
             _ => return None,
         })
     }
