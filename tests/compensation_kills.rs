@@ -8,12 +8,14 @@
 //! kill between an undo's effect and its journal entry (an unknown outcome otherwise).
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use cleanup::Durable::{Postgres, Redis, Sqlite};
+use cleanup::Suite;
 use serde_json::json;
 use tool_contracts::{
     operation, with_scope, with_store, Compensation, CompensationState, Error, Run, RunOptions,
@@ -303,23 +305,10 @@ fn kill_at_every_compensation_boundary(store: String) {
     let boundaries = STEPS.len() as u32 * PER_UNDO;
     for boundary in 1..=boundaries {
         let scope = format!("{base}-kill{boundary}");
-        let mut child = command(&store, &scope, &ledger, Some(boundary))
-            .spawn()
-            .unwrap();
-        let mut reader = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        loop {
-            line.clear();
-            assert!(
-                reader.read_line(&mut line).unwrap() > 0,
-                "the task ended before boundary {boundary}"
-            );
-            if line.trim_end() == format!("boundary {boundary}") {
-                break;
-            }
-        }
-        child.kill().unwrap(); // SIGKILL
-        child.wait().unwrap();
+        workers::kill_at_boundary(
+            &mut command(&store, &scope, &ledger, Some(boundary)),
+            boundary,
+        );
         let report = run_to_end(&store, &scope, &ledger);
         assert_eq!(
             report.status, "Compensating",
@@ -344,25 +333,23 @@ fn kill_at_every_compensation_boundary(store: String) {
     );
 }
 
+/// The SQLite files' label and the suite's name in a skip notice.
+const KILLS: Suite = Suite {
+    label: "compensation",
+    name: "the compensation kill tests",
+};
+
 #[test]
 fn sqlite_compensation_killed_at_every_boundary_applies_each_undo_once() {
-    let (path, _cleanup) = cleanup::sqlite_file("compensation");
-    kill_at_every_compensation_boundary(format!("sqlite:{path}"));
+    KILLS.on(Sqlite, kill_at_every_compensation_boundary);
 }
 
 #[test]
 fn redis_compensation_killed_at_every_boundary_applies_each_undo_once() {
-    if let Some(url) = support::url(&support::REDIS, "the compensation kill tests on Redis") {
-        kill_at_every_compensation_boundary(url);
-    }
+    KILLS.on(Redis, kill_at_every_compensation_boundary);
 }
 
 #[test]
 fn postgres_compensation_killed_at_every_boundary_applies_each_undo_once() {
-    if let Some(url) = support::url(
-        &support::POSTGRES,
-        "the compensation kill tests on PostgreSQL",
-    ) {
-        kill_at_every_compensation_boundary(url);
-    }
+    KILLS.on(Postgres, kill_at_every_compensation_boundary);
 }

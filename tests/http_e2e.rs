@@ -18,43 +18,23 @@
 //! chromedriver, both installed by `tests/http/browser_setup.sh` when missing. It fails
 //! under `CI=true` when that setup cannot be done, and otherwise skips with a loud message.
 
+#[path = "support/scripts.rs"]
+mod scripts;
+use scripts::run_script;
+
 #[test]
 fn curl_against_http_shop() {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/http/curl.sh");
-    let status = std::process::Command::new("bash")
-        .arg(script)
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run {script}: {e}"));
-    assert!(
-        status.success(),
-        "{script} failed ({status}); its output above says why"
-    );
+    run_script("http/curl.sh");
 }
 
 #[test]
 fn httpx_against_http_shop() {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/http/httpx.sh");
-    let status = std::process::Command::new("bash")
-        .arg(script)
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run {script}: {e}"));
-    assert!(
-        status.success(),
-        "{script} failed ({status}); its output above says why"
-    );
+    run_script("http/httpx.sh");
 }
 
 /// Submit the order form, reload the result five times, go back and submit again: one
 /// order (and a second cart makes a second one). Screenshot: `target/http-browser/`.
 #[test]
 fn browser_submits_the_order_form_once() {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/http/browser.sh");
-    let status = std::process::Command::new("bash")
-        .arg(script)
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run {script}: {e}"));
-    assert!(
-        status.success(),
-        "{script} failed ({status}); its output above says why"
-    );
+    run_script("http/browser.sh");
 }

@@ -25,6 +25,8 @@ use tool_contracts::mcp::{McpServer, CALL_META_KEY, CLIENT_KEY_META_KEY, IDEMPOT
 use tool_contracts::store::StoreError;
 use tool_contracts::{mutating_tool, read_only_tool, MemoryStore};
 
+#[path = "support/scripts.rs"]
+mod scripts;
 #[path = "support/stores.rs"]
 mod stores;
 
@@ -1001,15 +1003,7 @@ fn python_sdk_end_to_end() {
         eprintln!("skipped: set TOOL_CONTRACTS_MCP_E2E=1 to run the real-client MCP test (tests/mcp/run.sh: the Python MCP SDK against examples/mcp_shop over stdio and HTTP)");
         return;
     }
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/run.sh");
-    let status = std::process::Command::new("bash")
-        .arg(script)
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run {script}: {e}"));
-    assert!(
-        status.success(),
-        "{script} failed ({status}); its output above says why"
-    );
+    scripts::run_script("mcp/run.sh");
 }
 
 /// Post/Redirect/Get over MCP: a mutating result links to its operation (`resource_link`),

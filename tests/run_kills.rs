@@ -4,10 +4,11 @@
 //! Also: two processes starting the same task at once make one run.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-
 use std::process::{Command, Stdio};
+
+use cleanup::Durable::{Postgres, Redis, Sqlite};
+use cleanup::Suite;
 
 /// The example itself, compiled into this test binary so the child processes are exactly it.
 #[allow(dead_code)]
@@ -99,22 +100,7 @@ fn kill_at_every_boundary(store: String) {
     let (expected, _) = run_to_end(&case, &format!("{base}-uninterrupted"));
     for boundary in 1..=5u32 {
         let scope = format!("{base}-kill{boundary}");
-        let mut child = command(&case, &scope, Some(boundary)).spawn().unwrap();
-        let mut reader = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        loop {
-            line.clear();
-            assert!(
-                reader.read_line(&mut line).unwrap() > 0,
-                "the task ended before boundary {boundary}"
-            );
-            // libtest may print its own text at the start of the child's first line.
-            if line.trim_end().ends_with(&format!("boundary {boundary}")) {
-                break;
-            }
-        }
-        child.kill().unwrap(); // SIGKILL
-        child.wait().unwrap();
+        workers::kill_at_boundary(&mut command(&case, &scope, Some(boundary)), boundary);
         let (result, stdout) = run_to_end(&case, &scope);
         assert!(stdout.contains("resumed after a crash"), "{stdout}");
         assert_eq!(result, expected, "killed at boundary {boundary}");
@@ -171,33 +157,34 @@ fn two_processes_start_one_run(store: String) {
     );
 }
 
+/// The SQLite files' label and the suite's name in a skip notice.
+const KILLS: Suite = Suite {
+    label: "agent",
+    name: "the agent-task kill tests",
+};
+
+/// Both scenarios on one server (on SQLite each is a test of its own, on a file of its own).
+fn both(store: String) {
+    kill_at_every_boundary(store.clone());
+    two_processes_start_one_run(store);
+}
+
 #[test]
 fn sqlite_agent_task_killed_at_every_step_boundary_resumes_exactly_once() {
-    let (path, _cleanup) = cleanup::sqlite_file("agent");
-    kill_at_every_boundary(format!("sqlite:{path}"));
+    KILLS.on(Sqlite, kill_at_every_boundary);
 }
 
 #[test]
 fn sqlite_duplicate_start_from_two_processes_is_one_run() {
-    let (path, _cleanup) = cleanup::sqlite_file("agent");
-    two_processes_start_one_run(format!("sqlite:{path}"));
+    KILLS.on(Sqlite, two_processes_start_one_run);
 }
 
 #[test]
 fn redis_agent_task_killed_at_every_step_boundary_resumes_exactly_once() {
-    if let Some(url) = support::url(&support::REDIS, "the agent-task kill tests on Redis") {
-        kill_at_every_boundary(url.clone());
-        two_processes_start_one_run(url);
-    }
+    KILLS.on(Redis, both);
 }
 
 #[test]
 fn postgres_agent_task_killed_at_every_step_boundary_resumes_exactly_once() {
-    if let Some(url) = support::url(
-        &support::POSTGRES,
-        "the agent-task kill tests on PostgreSQL",
-    ) {
-        kill_at_every_boundary(url.clone());
-        two_processes_start_one_run(url);
-    }
+    KILLS.on(Postgres, both);
 }

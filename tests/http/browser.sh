@@ -9,9 +9,7 @@
 # The screenshot of the result page goes to ${CARGO_TARGET_DIR:-target}/http-browser/.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
-target="${CARGO_TARGET_DIR:-$root/target}"
-case "$target" in /*) ;; *) target="$root/$target" ;; esac
+. "$here/lib.sh"
 
 if ! bash "$here/browser_setup.sh"; then
   if [ "${CI:-}" = true ]; then
@@ -30,21 +28,6 @@ if ! bash "$here/browser_setup.sh"; then
 fi
 venv="${TOOL_CONTRACTS_BROWSER_VENV:-$target/browser-venv}"
 
-binary="${1:-}"
-if [ -z "$binary" ]; then
-  echo "== building examples/http_shop"
-  binary="$(cd "$root" && cargo build -p tool-contracts --example http_shop --features http,sqlite --message-format=json-render-diagnostics \
-    | python3 -c '
-import json, sys
-for line in sys.stdin:
-    msg = json.loads(line)
-    if msg.get("reason") == "compiler-artifact" and msg.get("target", {}).get("name") == "http_shop" and msg.get("executable"):
-        print(msg["executable"])
-')"
-fi
-if [ -z "$binary" ] || [ ! -x "$binary" ]; then
-  echo "tests/http/browser.sh: no http_shop executable (got '$binary')" >&2
-  exit 1
-fi
+http_shop_binary "${1:-}"
 
 exec "$venv/bin/python" "$here/browser.py" "$binary" "$target/http-browser"

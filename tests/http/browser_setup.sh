@@ -11,9 +11,7 @@
 # Exits non-zero, saying what is missing, when either cannot be done.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
-target="${CARGO_TARGET_DIR:-$root/target}"
-case "$target" in /*) ;; *) target="$root/$target" ;; esac
+. "$here/lib.sh"
 
 chromium=/usr/bin/chromium
 driver=/usr/bin/chromedriver
@@ -36,17 +34,7 @@ for binary in "$chromium" "$driver"; do
   [ -x "$binary" ] || { echo "tests/http/browser_setup.sh: $binary is still missing after apt-get" >&2; exit 1; }
 done
 
-command -v python3 >/dev/null 2>&1 || { echo "tests/http/browser_setup.sh: python3 is not on PATH" >&2; exit 1; }
+require python3
 venv="${TOOL_CONTRACTS_BROWSER_VENV:-$target/browser-venv}"
-requirements="$here/browser-requirements.txt"
-if [ ! -x "$venv/bin/python" ]; then
-  echo "== creating $venv"
-  python3 -m venv "$venv"
-fi
-stamp="$venv/.tool-contracts-requirements"
-if ! cmp -s "$requirements" "$stamp" 2>/dev/null; then
-  echo "== installing $(grep -v '^#' "$requirements" | tr '\n' ' ')"
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements"
-  cp "$requirements" "$stamp"
-fi
+venv_from "$here/browser-requirements.txt" "$venv"
 echo "== browser: $("$chromium" --version 2>/dev/null), $("$driver" --version | cut -d' ' -f1-2), selenium $("$venv/bin/python" -c 'import selenium; print(selenium.__version__)')"

@@ -15,41 +15,14 @@
 # failure, printing the server's log; ends with "N passed, 0 failed".
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
+. "$here/lib.sh"
 
-for tool in curl python3; do
-  command -v "$tool" >/dev/null 2>&1 || { echo "tests/http/curl.sh: $tool is not on PATH" >&2; exit 1; }
-done
+require curl python3
 
 venv="${TOOL_CONTRACTS_HTTP_VENV:-$root/target/http-venv}"
-requirements="$here/requirements.txt"
-if [ ! -x "$venv/bin/python" ]; then
-  echo "== creating $venv"
-  python3 -m venv "$venv"
-fi
-stamp="$venv/.tool-contracts-requirements"
-if ! cmp -s "$requirements" "$stamp" 2>/dev/null; then
-  echo "== installing $(grep -v '^#' "$requirements" | tr '\n' ' ')"
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements"
-  cp "$requirements" "$stamp"
-fi
+venv_from "$here/requirements.txt" "$venv"
 
-binary="${1:-}"
-if [ -z "$binary" ]; then
-  echo "== building examples/http_shop"
-  binary="$(cd "$root" && cargo build -p tool-contracts --example http_shop --features http,sqlite --message-format=json-render-diagnostics \
-    | python3 -c '
-import json, sys
-for line in sys.stdin:
-    msg = json.loads(line)
-    if msg.get("reason") == "compiler-artifact" and msg.get("target", {}).get("name") == "http_shop" and msg.get("executable"):
-        print(msg["executable"])
-')"
-fi
-if [ -z "$binary" ] || [ ! -x "$binary" ]; then
-  echo "tests/http/curl.sh: no http_shop executable (got '$binary')" >&2
-  exit 1
-fi
+http_shop_binary "${1:-}"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/http-shop.XXXXXX")"
 pids=()

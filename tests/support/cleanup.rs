@@ -3,9 +3,53 @@
 //! directory, removed when the test ends, pass or fail. A file of its own (not in
 //! `support/mod.rs`): it needs the `redis` and `tokio-postgres` clients, which
 //! `runtime/tests` may build without. Its test file declares `mod support;` beside it.
+//! Also where the suites whose workers open a store by URL (`tests/run_kills.rs`,
+//! `tests/compensation_kills.rs`) get that URL per backend ([`Suite::on`]).
 #![allow(dead_code)]
 
 use std::future::Future;
+
+/// A durable store a suite's workers open by URL.
+#[derive(Debug, Clone, Copy)]
+pub enum Durable {
+    /// A fresh SQLite file of the suite's own.
+    Sqlite,
+    /// The Redis server of [`crate::support::url`].
+    Redis,
+    /// The PostgreSQL server of [`crate::support::url`].
+    Postgres,
+}
+
+/// A suite whose tests take a store URL: the label of its SQLite files and its name in the
+/// notice of a skipped backend ("`name` on Redis").
+pub struct Suite {
+    /// The stem of its SQLite files' names.
+    pub label: &'static str,
+    /// What the suite is, in a skip notice.
+    pub name: &'static str,
+}
+
+impl Suite {
+    /// Runs `test` with the URL of `store`: a fresh SQLite file, deleted when the test ends
+    /// (pass or fail), or the server's URL; without a server, a visible skip (a failure
+    /// under `CI`, see [`crate::support::url`]).
+    pub fn on(&self, store: Durable, test: impl FnOnce(String)) {
+        let backend = match store {
+            Durable::Sqlite => {
+                let (path, _cleanup) = sqlite_file(self.label);
+                test(format!("sqlite:{path}"));
+                return;
+            }
+            Durable::Redis => &crate::support::REDIS,
+            Durable::Postgres => &crate::support::POSTGRES,
+        };
+        if let Some(url) =
+            crate::support::url(backend, &format!("{} on {}", self.name, backend.name))
+        {
+            test(url);
+        }
+    }
+}
 
 /// Runs its closure when dropped: the test's cleanup, pass or fail.
 pub struct Cleanup(pub Box<dyn Fn()>);

@@ -5,6 +5,7 @@
 //! JSON lines on stdout, which libtest's own output cannot be mistaken for.
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader};
 use std::process::Command;
 
 use serde::de::DeserializeOwned;
@@ -45,4 +46,26 @@ pub fn reports<T: DeserializeOwned>(mark: &str, stdout: &[u8]) -> Vec<T> {
         .filter_map(|l| l.strip_prefix(mark))
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
+}
+
+/// Spawns `cmd`, a worker (its stdout piped) that prints the line `boundary {boundary}` and
+/// stalls there, and SIGKILLs it at that line; returns once it is gone. Fails the test when
+/// the worker ends before that line.
+pub fn kill_at_boundary(cmd: &mut Command, boundary: u32) {
+    let mut child = cmd.spawn().unwrap();
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(
+            reader.read_line(&mut line).unwrap() > 0,
+            "the task ended before boundary {boundary}"
+        );
+        // libtest may print its own text at the start of the child's first line.
+        if line.trim_end().ends_with(&format!("boundary {boundary}")) {
+            break;
+        }
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
 }
