@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
 
 use serde_json::json;
-use tool_contracts::store::{HistoryKind, SqliteStore};
+use tool_contracts::store::{HistoryKind, PostgresStore, RedisStore, SqliteStore};
 use tool_contracts::{
     approval_request, approve, deny, mutating_tool, operation, operation_with_history, registry,
     with_scope, with_store, Error, MemoryStore, OperationState,
@@ -79,21 +79,37 @@ async fn a_call_waits_for_approval_then_runs_exactly_once() {
         assert_eq!(awaiting(refund_order(1, 500).await), key);
         assert_eq!(REFUNDS.load(SeqCst), before);
 
-        let op = operation(&key).await.unwrap().expect("the request is an operation");
+        let op = operation(&key)
+            .await
+            .unwrap()
+            .expect("the request is an operation");
         assert_eq!(op.state, OperationState::AwaitingApproval);
         assert_eq!(op.tool, "refund_order");
         let doc = serde_json::to_value(&op).unwrap();
         assert_eq!(doc["state"], "awaiting_approval");
         assert_eq!(doc["approval"]["state"], "pending");
         let request = approval_request(&key).await.unwrap().unwrap();
-        assert_eq!(request.arguments, json!({"order_id": 1, "amount_cents": 500}));
+        assert_eq!(
+            request.arguments,
+            json!({"order_id": 1, "amount_cents": 500})
+        );
 
         let decision = approve(&key, "alice").await.unwrap();
-        assert_eq!((decision.by.as_str(), decision.channel.as_str()), ("alice", "rust"));
+        assert_eq!(
+            (decision.by.as_str(), decision.channel.as_str()),
+            ("alice", "rust")
+        );
         // A double click answers the same decision.
         assert_eq!(approve(&key, "bob").await.unwrap().by, "alice");
-        assert_eq!(operation(&key).await.unwrap().unwrap().state, OperationState::Approved);
-        assert_eq!(REFUNDS.load(SeqCst), before, "approving runs nothing by itself");
+        assert_eq!(
+            operation(&key).await.unwrap().unwrap().state,
+            OperationState::Approved
+        );
+        assert_eq!(
+            REFUNDS.load(SeqCst),
+            before,
+            "approving runs nothing by itself"
+        );
 
         // The retry runs once; the next ones replay.
         assert_eq!(refund_order(1, 500).await.unwrap(), 500);
@@ -126,11 +142,18 @@ async fn a_denial_is_replayed_and_nothing_runs() {
     with_store(MemoryStore::new(), async {
         let before = REFUNDS.load(SeqCst);
         let key = awaiting(refund_order(2, 900).await);
-        let decision = deny(&key, "alice", "the customer kept the goods").await.unwrap();
-        assert_eq!(decision.reason.as_deref(), Some("the customer kept the goods"));
+        let decision = deny(&key, "alice", "the customer kept the goods")
+            .await
+            .unwrap();
+        assert_eq!(
+            decision.reason.as_deref(),
+            Some("the customer kept the goods")
+        );
         for _ in 0..3 {
             match refund_order(2, 900).await {
-                Err(ShopError::Contract(Error::Denied { by, reason, key: k, .. })) => {
+                Err(ShopError::Contract(Error::Denied {
+                    by, reason, key: k, ..
+                })) => {
                     assert_eq!(by, "alice via rust");
                     assert_eq!(reason.as_deref(), Some("the customer kept the goods"));
                     assert_eq!(k, key);
@@ -139,7 +162,10 @@ async fn a_denial_is_replayed_and_nothing_runs() {
             }
         }
         assert_eq!(REFUNDS.load(SeqCst), before);
-        assert_eq!(operation(&key).await.unwrap().unwrap().state, OperationState::Denied);
+        assert_eq!(
+            operation(&key).await.unwrap().unwrap().state,
+            OperationState::Denied
+        );
         let err = approve(&key, "bob").await.unwrap_err();
         assert!(err.to_string().contains("already denied by alice"), "{err}");
         // Through the registry (the MCP and HTTP surfaces' door): the same denial.
@@ -192,7 +218,10 @@ async fn an_unanswered_request_expires_and_the_next_call_asks_again() {
     with_store(MemoryStore::new(), async {
         let key = awaiting(wipe(1).await);
         tokio::time::sleep(Duration::from_millis(400)).await;
-        assert!(operation(&key).await.unwrap().is_none(), "an expired request is gone");
+        assert!(
+            operation(&key).await.unwrap().is_none(),
+            "an expired request is gone"
+        );
         let err = approve(&key, "alice").await.unwrap_err();
         assert!(err.to_string().contains("expired unanswered"), "{err}");
         assert_eq!(awaiting(wipe(1).await), key);
@@ -235,7 +264,10 @@ async fn bad_decider_names_are_refused_and_nothing_is_decided() {
     with_store(MemoryStore::new(), async {
         let key = awaiting(refund_order(5, 10).await);
         let err = approve(&key, "").await.unwrap_err();
-        assert!(matches!(&err, Error::InvalidArguments { field: Some(f), .. } if f == "by"), "{err}");
+        assert!(
+            matches!(&err, Error::InvalidArguments { field: Some(f), .. } if f == "by"),
+            "{err}"
+        );
         let err = approve(&key, "eve\n").await.unwrap_err();
         assert!(err.to_string().contains("control character"), "{err}");
         assert_eq!(
@@ -248,12 +280,14 @@ async fn bad_decider_names_are_refused_and_nothing_is_decided() {
 
 /// The operator CLI: another process deciding on the same SQLite file.
 fn cli(args: &[&str]) -> (bool, String, String) {
-    let bin = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/debug/tool-contracts");
-    let out = Command::new(&bin)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("run {}: {e} (build it: cargo build -p tool-contracts-cli)", bin.display()));
+    let bin =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/tool-contracts");
+    let out = Command::new(&bin).args(args).output().unwrap_or_else(|e| {
+        panic!(
+            "run {}: {e} (build it: cargo build -p tool-contracts-cli)",
+            bin.display()
+        )
+    });
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -318,4 +352,111 @@ async fn two_processes_sharing_a_sqlite_file_see_one_approval() {
         assert_eq!(doc["approval"]["decision"]["by"], winner["by"]);
     })
     .await;
+}
+
+static CLOSED: AtomicUsize = AtomicUsize::new(0);
+
+/// Closes an account: destructive, no `approval` option.
+#[mutating_tool(idempotency_key_fields = [account], destructive)]
+pub async fn close_account(account: String) -> Result<(), ShopError> {
+    let _ = account;
+    CLOSED.fetch_add(1, SeqCst);
+    Ok(())
+}
+
+/// Destructive, but opted out of the process-wide policy.
+#[mutating_tool(idempotency_key_fields = [cache], destructive, approval = "never")]
+pub async fn flush_cache(cache: String) -> Result<(), ShopError> {
+    let _ = cache;
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_process_wide_policy_makes_destructive_tools_ask() {
+    with_store(MemoryStore::new(), async {
+        // Off by default: a destructive tool runs.
+        close_account("acc-1".into()).await.unwrap();
+        assert_eq!(
+            registry().get("close_account").unwrap().idempotency_meta()["approval"],
+            "never"
+        );
+        tool_contracts::require_approval_for_destructive(true);
+        let key = awaiting(close_account("acc-2".into()).await);
+        flush_cache("sessions".into()).await.unwrap();
+        assert_eq!(
+            registry().get("close_account").unwrap().idempotency_meta()["approval"],
+            "required"
+        );
+        assert_eq!(
+            registry().get("flush_cache").unwrap().idempotency_meta()["approval"],
+            "never"
+        );
+        tool_contracts::require_approval_for_destructive(false);
+        // Once asked, the request stands whatever the policy says now.
+        assert_eq!(CLOSED.load(SeqCst), 1);
+        approve(&key, "alice").await.unwrap();
+        assert_eq!(
+            operation(&key).await.unwrap().unwrap().state,
+            OperationState::Approved
+        );
+    })
+    .await;
+}
+
+/// One approval on `store`: asked, approved, the other verdict refused, run once.
+async fn one_decision(store: impl tool_contracts::Store, order: u64, label: &str) {
+    with_store(store, async {
+        let before = REFUNDS.load(SeqCst);
+        let key = awaiting(refund_order(order, 42).await);
+        approve(&key, "alice").await.unwrap();
+        let err = deny(&key, "bob", "late").await.unwrap_err();
+        assert!(
+            matches!(err, Error::NoPendingApproval { .. }),
+            "{label}: {err}"
+        );
+        assert_eq!(refund_order(order, 42).await.unwrap(), 42);
+        assert_eq!(refund_order(order, 42).await.unwrap(), 42);
+        assert_eq!(REFUNDS.load(SeqCst), before + 1, "{label}");
+        let op = operation_with_history(&key).await.unwrap().unwrap();
+        let approved = op
+            .history
+            .unwrap()
+            .into_iter()
+            .find(|e| e.kind == HistoryKind::Approved);
+        assert_eq!(
+            approved.map(|e| e.worker).as_deref(),
+            Some("alice via rust"),
+            "{label}"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn redis_keeps_one_decision() {
+    let Some(url) = support::url(&support::REDIS, "approval on Redis") else {
+        return;
+    };
+    let (prefix, _cleanup) = cleanup::redis_prefix(&url, "approval");
+    let store = RedisStore::builder(&url)
+        .prefix(prefix)
+        .connect()
+        .await
+        .unwrap();
+    one_decision(store, 101, "redis").await;
+}
+
+#[tokio::test]
+async fn postgres_keeps_one_decision() {
+    let Some(url) = support::url(&support::POSTGRES, "approval on PostgreSQL") else {
+        return;
+    };
+    let (schema, _cleanup) = cleanup::postgres_schema(&url, "approval");
+    let store = PostgresStore::builder(&url)
+        .schema(&schema)
+        .max_connections(4)
+        .connect()
+        .await
+        .unwrap();
+    one_decision(store, 102, "postgres").await;
 }
