@@ -311,6 +311,10 @@ async fn two_processes_sharing_a_sqlite_file_see_one_approval() {
         let (ok, out, err) = cli(&["show", "--store", &url, &key]);
         assert!(ok, "{err}");
         assert!(out.contains("awaiting_approval"), "{out}");
+        assert!(
+            out.contains("tool-contracts approve"),
+            "the CLI says what to do: {out}"
+        );
         let url2 = url.clone();
         let key2 = key.clone();
         let racers = [("approve", "alice"), ("deny", "bob")].map(|(verb, by)| {
@@ -345,6 +349,11 @@ async fn two_processes_sharing_a_sqlite_file_see_one_approval() {
             }
             other => panic!("verdict {other:?}"),
         }
+        let (ok, out, err) = cli(&["show", "--store", &url, &key]);
+        assert!(ok, "{err}");
+        let by = winner["by"].as_str().unwrap();
+        assert!(out.contains("via cli") && out.contains(by), "{out}");
+        assert!(out.contains("approval_requested"), "{out}");
         let (ok, out, err) = cli(&["show", "--store", &url, "--json", &key]);
         assert!(ok, "{err}");
         let doc: serde_json::Value = serde_json::from_str(out.trim()).unwrap();

@@ -357,7 +357,34 @@ fn print_operation(op: &Operation, doc: &Value) {
             "  note      a compensated run whose steps marked `!` below could not be undone: \
              finish them by hand"
         ),
+        Some("awaiting_approval") => println!(
+            "  note      waiting for a person: `tool-contracts approve {key}` or \
+             `tool-contracts deny {key} --reason TEXT`",
+            key = text("key")
+        ),
         _ => {}
+    }
+    let approval = &doc["approval"];
+    if approval.is_object() {
+        let decision = &approval["decision"];
+        match decision["verdict"].as_str() {
+            Some(verdict) => println!(
+                "  approval  {verdict} by {} via {} at {}{}",
+                decision["by"].as_str().unwrap_or("-"),
+                decision["channel"].as_str().unwrap_or("-"),
+                decision["at"].as_str().unwrap_or("-"),
+                decision["reason"]
+                    .as_str()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default()
+            ),
+            None => println!(
+                "  approval  {} since {}, open until {}",
+                approval["state"].as_str().unwrap_or("-"),
+                approval["requested_at"].as_str().unwrap_or("-"),
+                approval["expires_at"].as_str().unwrap_or("-")
+            ),
+        }
     }
     // A compensated run: what was done about each completed step, newest first.
     let steps = doc["error"]["compensation"]["steps"]
@@ -394,7 +421,7 @@ fn print_operation(op: &Operation, doc: &Value) {
     println!("history");
     for event in events {
         println!(
-            "  {}  {:<10}  token {:<6}  {}",
+            "  {}  {:<18}  token {:<6}  {}",
             event["at"].as_str().unwrap_or("-"),
             event["kind"].as_str().unwrap_or("-"),
             event["token"],
