@@ -1,0 +1,56 @@
+//! The replay path alone, for `valgrind --tool=callgrind` (instruction counts do not move
+//! with the machine's load, unlike times): N replays of one completed key from
+//! `MemoryStore`, and as many bare calls, in one process.
+//!
+//! `cargo build --release -p tool-contracts-benches --example replay_profile` then
+//! `valgrind --tool=callgrind target/release/examples/replay_profile replay 10000`
+//! (or `bare`, `registry`, `first`).
+
+#[allow(dead_code)]
+#[path = "../common/tool.rs"]
+mod tool;
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use serde_json::json;
+use tool::{body, cart, create_order, BenchError, Cart, Order};
+use tool_contracts::{registry, with_store, MemoryStore};
+
+async fn bare_create_order(user_id: u64, cart: Cart, note: String) -> Result<Order, BenchError> {
+    let _ = black_box(note);
+    Ok(body(user_id, cart))
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let what = args.next().unwrap_or_else(|| "replay".to_owned());
+    let n: u64 = args.next().and_then(|n| n.parse().ok()).unwrap_or(10_000);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let store = Arc::new(MemoryStore::new());
+    rt.block_on(with_store(store, async move {
+        create_order(7, cart("c-42"), "gift".into())
+            .await
+            .expect("first call");
+        for i in 0..n {
+            match what.as_str() {
+                "bare" => {
+                    black_box(bare_create_order(black_box(7), cart("c-42"), "gift".into()).await.ok());
+                }
+                "registry" => {
+                    let args = json!({"user_id": 7, "cart": {"id": "c-42", "items": ["book"]}, "note": "gift"});
+                    black_box(registry().call("create_order", args).await.ok());
+                }
+                "first" => {
+                    black_box(create_order(black_box(1000 + i), cart("c-42"), "gift".into()).await.ok());
+                }
+                _ => {
+                    black_box(create_order(black_box(7), cart("c-42"), "gift".into()).await.ok());
+                }
+            }
+        }
+    }));
+}
