@@ -79,21 +79,37 @@ async fn a_call_waits_for_approval_then_runs_exactly_once() {
         assert_eq!(awaiting(refund_order(1, 500).await), key);
         assert_eq!(REFUNDS.load(SeqCst), before);
 
-        let op = operation(&key).await.unwrap().expect("the request is an operation");
+        let op = operation(&key)
+            .await
+            .unwrap()
+            .expect("the request is an operation");
         assert_eq!(op.state, OperationState::AwaitingApproval);
         assert_eq!(op.tool, "refund_order");
         let doc = serde_json::to_value(&op).unwrap();
         assert_eq!(doc["state"], "awaiting_approval");
         assert_eq!(doc["approval"]["state"], "pending");
         let request = approval_request(&key).await.unwrap().unwrap();
-        assert_eq!(request.arguments, json!({"order_id": 1, "amount_cents": 500}));
+        assert_eq!(
+            request.arguments,
+            json!({"order_id": 1, "amount_cents": 500})
+        );
 
         let decision = approve(&key, "alice").await.unwrap();
-        assert_eq!((decision.by.as_str(), decision.channel.as_str()), ("alice", "rust"));
+        assert_eq!(
+            (decision.by.as_str(), decision.channel.as_str()),
+            ("alice", "rust")
+        );
         // A double click answers the same decision.
         assert_eq!(approve(&key, "bob").await.unwrap().by, "alice");
-        assert_eq!(operation(&key).await.unwrap().unwrap().state, OperationState::Approved);
-        assert_eq!(REFUNDS.load(SeqCst), before, "approving runs nothing by itself");
+        assert_eq!(
+            operation(&key).await.unwrap().unwrap().state,
+            OperationState::Approved
+        );
+        assert_eq!(
+            REFUNDS.load(SeqCst),
+            before,
+            "approving runs nothing by itself"
+        );
 
         // The retry runs once; the next ones replay.
         assert_eq!(refund_order(1, 500).await.unwrap(), 500);
@@ -126,11 +142,18 @@ async fn a_denial_is_replayed_and_nothing_runs() {
     with_store(MemoryStore::new(), async {
         let before = REFUNDS.load(SeqCst);
         let key = awaiting(refund_order(2, 900).await);
-        let decision = deny(&key, "alice", "the customer kept the goods").await.unwrap();
-        assert_eq!(decision.reason.as_deref(), Some("the customer kept the goods"));
+        let decision = deny(&key, "alice", "the customer kept the goods")
+            .await
+            .unwrap();
+        assert_eq!(
+            decision.reason.as_deref(),
+            Some("the customer kept the goods")
+        );
         for _ in 0..3 {
             match refund_order(2, 900).await {
-                Err(ShopError::Contract(Error::Denied { by, reason, key: k, .. })) => {
+                Err(ShopError::Contract(Error::Denied {
+                    by, reason, key: k, ..
+                })) => {
                     assert_eq!(by, "alice via rust");
                     assert_eq!(reason.as_deref(), Some("the customer kept the goods"));
                     assert_eq!(k, key);
@@ -139,7 +162,10 @@ async fn a_denial_is_replayed_and_nothing_runs() {
             }
         }
         assert_eq!(REFUNDS.load(SeqCst), before);
-        assert_eq!(operation(&key).await.unwrap().unwrap().state, OperationState::Denied);
+        assert_eq!(
+            operation(&key).await.unwrap().unwrap().state,
+            OperationState::Denied
+        );
         let err = approve(&key, "bob").await.unwrap_err();
         assert!(err.to_string().contains("already denied by alice"), "{err}");
         // Through the registry (the MCP and HTTP surfaces' door): the same denial.
@@ -192,7 +218,10 @@ async fn an_unanswered_request_expires_and_the_next_call_asks_again() {
     with_store(MemoryStore::new(), async {
         let key = awaiting(wipe(1).await);
         tokio::time::sleep(Duration::from_millis(400)).await;
-        assert!(operation(&key).await.unwrap().is_none(), "an expired request is gone");
+        assert!(
+            operation(&key).await.unwrap().is_none(),
+            "an expired request is gone"
+        );
         let err = approve(&key, "alice").await.unwrap_err();
         assert!(err.to_string().contains("expired unanswered"), "{err}");
         assert_eq!(awaiting(wipe(1).await), key);
@@ -235,7 +264,10 @@ async fn bad_decider_names_are_refused_and_nothing_is_decided() {
     with_store(MemoryStore::new(), async {
         let key = awaiting(refund_order(5, 10).await);
         let err = approve(&key, "").await.unwrap_err();
-        assert!(matches!(&err, Error::InvalidArguments { field: Some(f), .. } if f == "by"), "{err}");
+        assert!(
+            matches!(&err, Error::InvalidArguments { field: Some(f), .. } if f == "by"),
+            "{err}"
+        );
         let err = approve(&key, "eve\n").await.unwrap_err();
         assert!(err.to_string().contains("control character"), "{err}");
         assert_eq!(
@@ -248,12 +280,14 @@ async fn bad_decider_names_are_refused_and_nothing_is_decided() {
 
 /// The operator CLI: another process deciding on the same SQLite file.
 fn cli(args: &[&str]) -> (bool, String, String) {
-    let bin = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/debug/tool-contracts");
-    let out = Command::new(&bin)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("run {}: {e} (build it: cargo build -p tool-contracts-cli)", bin.display()));
+    let bin =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/tool-contracts");
+    let out = Command::new(&bin).args(args).output().unwrap_or_else(|e| {
+        panic!(
+            "run {}: {e} (build it: cargo build -p tool-contracts-cli)",
+            bin.display()
+        )
+    });
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),

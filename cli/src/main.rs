@@ -24,8 +24,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, Subcommand};
 use serde_json::Value;
-use tool_contracts_runtime::store::{self, HistoryKind, Record, RecordState, Resolution};
 use tool_contracts_runtime::approval::{self, Decision, Verdict};
+use tool_contracts_runtime::store::{self, HistoryKind, Record, RecordState, Resolution};
 use tool_contracts_runtime::{operation_with_history, with_scope, with_store, Operation};
 
 #[derive(Parser)]

@@ -340,9 +340,7 @@ impl Args {
             }
             ("task", Value::Str(v)) => store(&mut self.task, kw, v, errors),
             ("approval", Value::StrOrFnPath(v)) => store(&mut self.approval, kw, v, errors),
-            ("approval_expires", Value::Str(v)) => {
-                store(&mut self.approval_expires, kw, v, errors)
-            }
+            ("approval_expires", Value::Str(v)) => store(&mut self.approval_expires, kw, v, errors),
             // The table and this match disagree: a bug here, reported, never a panic.
             (name, _) => errors.push(syn::Error::new(
                 kw.span(),

@@ -36,8 +36,7 @@ use crate::lease::{self, Acquired, OnBusy, Policy};
 use crate::operation::Rfc3339;
 use crate::spec::{ApprovalRule, ToolSpec};
 use crate::store::{
-    ClaimRequest, HistoryKind, Observed, RecordState, Resolution, ResolveRequest, Store,
-    StoreError,
+    ClaimRequest, HistoryKind, Observed, RecordState, Resolution, ResolveRequest, Store, StoreError,
 };
 
 /// The key contract of approval records (docs/key-spec.md 5.2).
@@ -322,8 +321,8 @@ pub(crate) async fn gate(
             expires_in: Duration::ZERO,
         },
         Acquired::Completed(record) => {
-            let decision = stored_decision(&record.state, record.updated_at)
-                .map_err(StoreError::Corrupt)?;
+            let decision =
+                stored_decision(&record.state, record.updated_at).map_err(StoreError::Corrupt)?;
             match decision.verdict {
                 Verdict::Approved => Gate::Proceed,
                 Verdict::Denied => Gate::Denied(decision),
@@ -559,7 +558,13 @@ pub async fn decide(
         };
         match store.resolve(request).await {
             Ok(()) => {
-                tracing::info!(key, verdict = verdict.as_str(), by, channel, "tool-contracts: approval decided");
+                tracing::info!(
+                    key,
+                    verdict = verdict.as_str(),
+                    by,
+                    channel,
+                    "tool-contracts: approval decided"
+                );
                 let decided = observe(&store, scope.as_deref(), key)
                     .await
                     .map_err(|e| store_error(key, e))?
@@ -582,11 +587,17 @@ pub async fn decide(
 fn check_text(field: &str, value: &str, min: usize, max: usize) -> Result<(), Error> {
     let chars = value.chars().count();
     let problem = if chars < min {
-        Some(format!("`{field}` is empty; name who decides (a person or a service)"))
+        Some(format!(
+            "`{field}` is empty; name who decides (a person or a service)"
+        ))
     } else if chars > max {
-        Some(format!("`{field}` has {chars} characters, over the limit of {max}"))
+        Some(format!(
+            "`{field}` has {chars} characters, over the limit of {max}"
+        ))
     } else if value.chars().any(char::is_control) {
-        Some(format!("`{field}` holds a control character; send plain text"))
+        Some(format!(
+            "`{field}` holds a control character; send plain text"
+        ))
     } else {
         None
     };

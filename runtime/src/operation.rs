@@ -224,11 +224,12 @@ impl Operation {
         observed: &Observed,
         history: Option<Vec<HistoryEvent>>,
     ) -> Result<Option<Operation>, Error> {
-        let approval = crate::approval::from_observed(observed).map_err(|message| Error::Codec {
-            tool: observed.record.tool.clone(),
-            key: Some(key.to_owned()),
-            message,
-        })?;
+        let approval =
+            crate::approval::from_observed(observed).map_err(|message| Error::Codec {
+                tool: observed.record.tool.clone(),
+                key: Some(key.to_owned()),
+                message,
+            })?;
         let Some(approval) = approval else {
             return Ok(None);
         };

@@ -61,12 +61,14 @@ use tokio_util::task::TaskTracker;
 use crate::registry::Registry;
 use crate::store::Store;
 
+mod approval;
 mod handler;
 mod tasks;
 #[cfg(test)]
 mod tests;
 mod transport;
 
+pub use approval::{APPROVAL_META_KEY, DEFAULT_ELICITATION_TIMEOUT};
 pub use tasks::DEFAULT_TASK_POLL_INTERVAL;
 
 pub use transport::{serve_http, serve_stdio};
@@ -124,6 +126,11 @@ struct Inner {
     operation_tool: bool,
     /// The `pollIntervalMs` a working task suggests.
     task_poll_interval: Duration,
+    /// Whether a call waiting for approval asks the person through a client that can be
+    /// asked (`approval.rs`).
+    elicitation: bool,
+    /// How long an `elicitation/create` waits for the client's answer.
+    elicitation_timeout: Duration,
     /// The calls running as tasks, which the transports wait for before they return.
     tasks: TaskTracker,
     tools: Vec<Tool>,
@@ -183,6 +190,8 @@ impl McpServer {
                 allowed_origins: None,
                 operation_tool: true,
                 task_poll_interval: DEFAULT_TASK_POLL_INTERVAL,
+                elicitation: true,
+                elicitation_timeout: DEFAULT_ELICITATION_TIMEOUT,
                 tasks: TaskTracker::new(),
                 tools,
                 shapes,
@@ -203,6 +212,8 @@ impl McpServer {
                 allowed_origins: shared.allowed_origins.clone(),
                 operation_tool: shared.operation_tool,
                 task_poll_interval: shared.task_poll_interval,
+                elicitation: shared.elicitation,
+                elicitation_timeout: shared.elicitation_timeout,
                 tasks: shared.tasks.clone(),
                 tools: shared.tools.clone(),
                 shapes: shared.shapes.clone(),
@@ -287,6 +298,25 @@ impl McpServer {
     pub fn with_task_poll_interval(self, interval: Duration) -> Self {
         let interval = interval.max(Duration::from_millis(1));
         self.map(|inner| inner.task_poll_interval = interval)
+    }
+
+    /// Never asks for an approval through the MCP client: a call waiting for approval
+    /// always answers the `awaiting_approval` tool error, and people decide through the
+    /// other channels (the CLI, HTTP, Rust). For deployments where the person behind the
+    /// MCP client is not the one who may approve: a decision made through elicitation is
+    /// made by whoever answers the client's form, named by the client's self-declared
+    /// `clientInfo.name` (docs/mcp.md, "Approval through elicitation").
+    pub fn without_approval_elicitation(self) -> Self {
+        self.map(|inner| inner.elicitation = false)
+    }
+
+    /// How long an `elicitation/create` asking for an approval waits for the client's
+    /// answer (default [`DEFAULT_ELICITATION_TIMEOUT`], 10 minutes; never longer than the
+    /// request stays open, the tool's `approval_expires`). Past it nothing is decided and
+    /// the call answers `awaiting_approval`. (From protocol 2026-07-28 on the question is
+    /// an `input_required` result and the client takes its own time.)
+    pub fn with_elicitation_timeout(self, timeout: Duration) -> Self {
+        self.map(|inner| inner.elicitation_timeout = timeout)
     }
 
     /// Waits until every call this server runs as a task has ended (stored its result,
