@@ -2,7 +2,8 @@
 //! published tools and their output shapes), `tools/call` (the dedup engine's result as a
 //! `CallToolResult` with its `_meta`), the client's own intent key, malformed `tools/call`
 //! params (`-32602`), and progress notifications while a call runs. A task-augmented call
-//! and the `tasks/*` methods are answered by `tasks.rs`.
+//! and the `tasks/*` methods are answered by `tasks.rs`, a call waiting for approval by
+//! `approval.rs`.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -40,6 +40,11 @@
 //!   `CreateTaskResult` whose `taskId` is the call's key, and runs on in the background;
 //!   `tasks/get` and `tasks/cancel` answer from the store, in the server's scope, so a
 //!   retry names the same task and any process sharing the store answers for it (`tasks.rs`).
+//! - Approval: a call that waits for a person's approval asks that person through a client
+//!   that declared form elicitation (`elicitation/create` up to protocol 2025-11-25, an
+//!   `input_required` result from 2026-07-28 on), stores the answer as the decision and
+//!   runs the call once if approved (`approval.rs`); any other client gets the
+//!   `awaiting_approval` tool error with the operation's link.
 //! - A client may send its own intent key, as `params.idempotencyKey` or
 //!   `params._meta["dev.tool-contracts/idempotencyKey"]` (1 to 255 characters, no control
 //!   characters). It is folded into the key as a scope `client:<key>` inside any scope the
@@ -48,8 +53,9 @@
 //!
 //! The module is split by concern: this file holds the server type and its builder,
 //! `handler.rs` what the server answers (`tools/list`, `tools/call`, results, `_meta`, client
-//! keys), `tasks.rs` the task methods and task-augmented calls, `transport.rs` how it is
-//! served (stdio and streamable HTTP, on rmcp's transports).
+//! keys), `approval.rs` approval through the client (elicitation), `tasks.rs` the task
+//! methods and task-augmented calls, `transport.rs` how it is served (stdio and streamable
+//! HTTP, on rmcp's transports).
 
 use std::collections::HashMap;
 use std::sync::Arc;
