@@ -1,6 +1,6 @@
-//! A shop served as an MCP server: `create_order`, `charge_card`, `ship_order` and
-//! `refund_charge` are safe to call twice, even across a crash of the server, and
-//! `get_order` reads.
+//! A shop served as an MCP server: `create_order`, `charge_card`, `ship_order`,
+//! `refund_charge` and `refund_order` are safe to call twice, even across a crash of the
+//! server, and `get_order` reads.
 //!
 //! ```sh
 //! cargo run --example mcp_shop --features mcp,sqlite -- --stdio --db /tmp/shop.db
@@ -16,6 +16,11 @@
 //!
 //! `MCP_SHOP_CHARGE_DELAY_MS` makes `charge_card` sleep that long *after* charging, so a
 //! test can kill the server between the effect and the stored result.
+//!
+//! `refund_order` waits for a person's approval (`approval = "required"`): a client that
+//! declares elicitation is asked (docs/mcp.md, "Approval through elicitation"), any other
+//! gets a tool error naming the operation to approve (`tool-contracts approve KEY --store
+//! sqlite:<db>`), and the retry runs it once.
 //!
 //! `create_order` and `charge_card` take MCP tasks (`task = "optional"`): a client that
 //! declares the tasks extension gets a task whose id is the call's key, and polls

@@ -1,7 +1,8 @@
 //! The shop both shop examples serve (`mcp_shop` over MCP, `http_shop` over HTTP), included
 //! by each with `#[path = "support/shop.rs"] mod shop;`: the tools `create_order`,
-//! `charge_card` (with `verify`), `ship_order`, `refund_charge` and the read-only
-//! `get_order`, and the ledger they append their effects to.
+//! `charge_card` (with `verify`), `ship_order`, `refund_charge`, `refund_order` (which a
+//! person approves first, `approval = "required"`) and the read-only `get_order`, and the
+//! ledger they append their effects to.
 //!
 //! Every side effect (an order placed, a card charged) is appended to the ledger, one JSON
 //! object a line and synced before the tool returns: the stand-in for the outside world,
@@ -356,6 +357,32 @@ pub async fn refund_charge(
         .unwrap_or(0);
     // The crash window: refunded, result not yet stored (no `verify`: an unknown outcome).
     tokio::time::sleep(Duration::from_millis(delay)).await;
+    decode(&entry)
+}
+
+/// A refund of an order, made once a person approved it.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct OrderRefund {
+    /// The refund's id at the payment provider.
+    pub refund_id: String,
+    /// The order refunded.
+    pub order_id: u64,
+    /// Amount, in cents.
+    pub amount_cents: u64,
+}
+
+/// Refund an order to the customer's card. A person approves every refund before it runs;
+/// it runs once when approved, and retries return the same refund. One refund per order.
+#[mutating_tool(idempotency_key_fields = [order_id], approval = "required")]
+pub async fn refund_order(order_id: u64, amount_cents: u64) -> Result<OrderRefund, ShopError> {
+    let key = tool_contracts::current_key().unwrap_or_default();
+    let refund_id = format!("or_{}", key.get(..16).unwrap_or(&key));
+    let entry = ledger()?.record(|_| {
+        json!({
+            "effect": "order_refund", "refund_id": refund_id, "order_id": order_id,
+            "amount_cents": amount_cents, "key": key, "pid": std::process::id(),
+        })
+    })?;
     decode(&entry)
 }
 

@@ -28,8 +28,17 @@ For each transport:
     task-augmented `charge_card` is killed mid-call (SIGKILL), the restarted server reports
     the task's outcome unknown (reads rerun nothing), the retried call reconciles it through
     `verify`, and the ledger shows one charge.
+ 8. Approval (`refund_order`, `approval = "required"`), with the client in each protocol era
+    (`mode="legacy"`: 2025-11-25 over `initialize`, the server sends `elicitation/create`;
+    the default: 2026-07-28, the server answers `input_required` and the SDK retries with
+    the answer): a person (the elicitation callback) accepts (the body runs once, a retry
+    replays without a question), declines (denied; a retry gets the denial without a
+    question) and cancels (still pending, nothing decided); a client without elicitation
+    gets a tool error with the operation link, the operator approves with the CLI on the
+    same SQLite file, and the retry runs once.
 
-Usage: test_e2e.py <path to the mcp_shop binary>   (tests/mcp/run.sh builds it and runs this)
+Usage: test_e2e.py <mcp_shop binary> <tool-contracts CLI binary>   (tests/mcp/run.sh builds
+them and runs this)
 Exits non-zero on any failure, after printing the servers' stderr.
 """
 
@@ -189,9 +198,10 @@ class Harness:
 
     @contextlib.asynccontextmanager
     async def connect(
-        self, tenant: str | None = None, tasks: bool = False, **env: str
+        self, tenant: str | None = None, tasks: bool = False, client: dict[str, Any] | None = None, **env: str
     ) -> AsyncIterator[tuple[Client, Server]]:
-        """A client of a fresh server; `tasks`: the client declares the tasks extension."""
+        """A client of a fresh server; `tasks`: the client declares the tasks extension;
+        `client`: more keyword arguments of `Client` (`mode`, `elicitation_callback`, …)."""
         raise NotImplementedError
         yield  # pragma: no cover
 
@@ -201,15 +211,17 @@ class StdioHarness(Harness):
 
     @contextlib.asynccontextmanager
     async def connect(
-        self, tenant: str | None = None, tasks: bool = False, **env: str
+        self, tenant: str | None = None, tasks: bool = False, client: dict[str, Any] | None = None, **env: str
     ) -> AsyncIterator[tuple[Client, Server]]:
         server = Server(self, self.server_env(env))
         with open(server.log_path, "w") as errlog:
             params = StdioServerParameters(
                 command=self.binary, args=["--stdio", "--db", str(self.db), *tenant_args(tenant)], env=server.env
             )
-            async with Client(stdio_client(params, errlog=errlog), extensions=extensions(tasks)) as client:
-                yield client, server
+            async with Client(
+                stdio_client(params, errlog=errlog), extensions=extensions(tasks), **(client or {})
+            ) as session:
+                yield session, server
 
 
 class HttpHarness(Harness):
@@ -217,7 +229,7 @@ class HttpHarness(Harness):
 
     @contextlib.asynccontextmanager
     async def connect(
-        self, tenant: str | None = None, tasks: bool = False, **env: str
+        self, tenant: str | None = None, tasks: bool = False, client: dict[str, Any] | None = None, **env: str
     ) -> AsyncIterator[tuple[Client, Server]]:
         server = Server(self, self.server_env(env))
         errlog = open(server.log_path, "w")
@@ -239,8 +251,8 @@ class HttpHarness(Harness):
                         raise Failure(f"the HTTP server exited with {process.returncode}")
                     else:
                         await anyio.sleep(0.05)
-            async with Client(url, extensions=extensions(tasks)) as client:
-                yield client, server
+            async with Client(url, extensions=extensions(tasks), **(client or {})) as session:
+                yield session, server
         finally:
             if process.returncode is None:
                 process.kill()
@@ -745,7 +757,172 @@ async def a_task_is_named_by_its_key_and_outlives_a_kill_mid_call(h: Harness) ->
 SCENARIOS.append(a_task_is_named_by_its_key_and_outlives_a_kill_mid_call)
 
 
-async def main(binary: str) -> int:
+# The tool-contracts CLI (argv[2]): the operator approving out of band.
+CLI = ""
+APPROVAL = "dev.tool-contracts/approval"
+# The protocol eras of approval: the client's `mode`, and the version it negotiates.
+ERAS = (("legacy", "2025-11-25"), ("auto", "2026-07-28"))
+
+
+class Human:
+    """The person behind the client: the elicitation callback, answering `answer` (with
+    `reason` on an accept) and keeping every question asked."""
+
+    def __init__(self) -> None:
+        self.answer: Literal["accept", "decline", "cancel"] = "accept"
+        self.reason: str | None = None
+        self.questions: list[types.ElicitRequestFormParams] = []
+
+    async def __call__(self, context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        check(isinstance(params, types.ElicitRequestFormParams), f"not a form: {params}")
+        self.questions.append(params)
+        content = {"reason": self.reason} if self.answer == "accept" and self.reason else None
+        return types.ElicitResult(action=self.answer, content=content)
+
+
+def link_of(result: types.CallToolResult) -> str:
+    links = [str(c.uri) for c in result.content if c.type == "resource_link"]
+    check(len(links) == 1, f"one resource_link: {result.content}")
+    return links[0]
+
+
+async def operation_of(client: Client, key: str) -> dict[str, Any]:
+    """The operation, read both ways (resources/read and get_operation), which must agree."""
+    doc = await read_operation(client, f"tool-contracts://operations/{key}")
+    by_tool = await client.call_tool("get_operation", {"key": key})
+    check(not by_tool.is_error and by_tool.structured_content == doc, f"get_operation: {by_tool} != {doc}")
+    return doc
+
+
+def refund_args(h: Harness, era: str, n: int) -> dict[str, Any]:
+    """Arguments of a refund of its own order per transport, era and case."""
+    order = 60_000 + 1_000 * len(h.name) + 100 * [mode for mode, _ in ERAS].index(era) + n
+    return {"order_id": order, "amount_cents": 1500 + n}
+
+
+async def approval_is_asked_through_elicitation(h: Harness) -> None:
+    """A client with an elicitation callback, in each protocol era: accept runs the refund
+    once and a retry replays without a question; decline denies and a retry gets the denial
+    without a question; cancel decides nothing."""
+    for mode, version in ERAS:
+        human = Human()
+        info = types.Implementation(name="e2e-desk", version="1")
+        options = {"mode": mode, "elicitation_callback": human, "client_info": info}
+        async with h.connect(client=options) as (client, _):
+            check(client.protocol_version == version, f"{mode}: negotiated {client.protocol_version}")
+            era = f"{mode} ({version})"
+
+            # Accept: the body runs once, the retry replays, one question in all.
+            args = refund_args(h, mode, 1)
+            human.answer, human.reason = "accept", "the parcel came back"
+            first = await client.call_tool("refund_order", args)
+            check(not first.is_error, f"{era}: accepted, the call failed: {text_of(first)}")
+            meta = call_meta(first)
+            key = meta["key"]
+            check(meta["outcome"] == "executed", f"{era}: {meta}")
+            check(first.structured_content["order_id"] == args["order_id"], f"{era}: {first.structured_content}")
+            check(len(human.questions) == 1, f"{era}: questions {len(human.questions)}")
+            question = human.questions[0]
+            link = f"tool-contracts://operations/{key}"
+            for said in ("`refund_order`", f'"order_id":{args["order_id"]}', "one intent per order_id",
+                         "A person approves every refund", "runs once", "If you decline", link):
+                check(said in question.message, f"{era}: {said!r} not in the question: {question.message}")
+            check(set(question.requested_schema["properties"]) == {"reason"}, f"{era}: {question.requested_schema}")
+            check(not question.requested_schema.get("required"), f"{era}: {question.requested_schema}")
+            check((question.meta or {}).get(APPROVAL, {}).get("key") == key, f"{era}: question _meta {question.meta}")
+            check(h.ledger.count("order_refund", order_id=args["order_id"]) == 1, f"{era}: refunds after the accept")
+            again = await client.call_tool("refund_order", args)
+            check(not again.is_error and call_meta(again)["outcome"] == "replayed", f"{era}: retry {call_meta(again)}")
+            check(again.structured_content == first.structured_content, f"{era}: the replay differs")
+            check(len(human.questions) == 1, f"{era}: the retry asked again")
+            check(h.ledger.count("order_refund", order_id=args["order_id"]) == 1, f"{era}: refunded twice")
+            doc = await operation_of(client, key)
+            decision = doc.get("approval", {}).get("decision", {})
+            check(doc["state"] == "completed" and decision.get("verdict") == "approved", f"{era}: {doc}")
+            check(decision.get("by") == "mcp-client:e2e-desk" and decision.get("channel") == "mcp-elicitation", f"{era}: {decision}")
+            check(decision.get("reason") == "the parcel came back", f"{era}: {decision}")
+
+            # Decline: denied; the retry gets the denial without a question; nothing ran.
+            args = refund_args(h, mode, 2)
+            human.answer = "decline"
+            denied = await client.call_tool("refund_order", args)
+            meta = call_meta(denied)
+            check(denied.is_error is True and meta["error"] == "denied", f"{era}: declined: {meta} {text_of(denied)}")
+            check("declined in the MCP client" in text_of(denied), f"{era}: {text_of(denied)}")
+            check(link_of(denied) == f"tool-contracts://operations/{meta['key']}", f"{era}: {denied.content}")
+            check(len(human.questions) == 2, f"{era}: questions {len(human.questions)}")
+            again = await client.call_tool("refund_order", args)
+            check(again.is_error is True and call_meta(again)["error"] == "denied", f"{era}: retry after decline {call_meta(again)}")
+            check(len(human.questions) == 2, f"{era}: the retry of a denied call asked again")
+            check((await operation_of(client, meta["key"]))["state"] == "denied", f"{era}: not denied")
+            check(h.ledger.count("order_refund", order_id=args["order_id"]) == 0, f"{era}: a declined refund ran")
+
+            # Cancel: nothing decided, still pending, the link says where.
+            args = refund_args(h, mode, 3)
+            human.answer = "cancel"
+            pending = await client.call_tool("refund_order", args)
+            meta = call_meta(pending)
+            check(pending.is_error is True and meta["error"] == "awaiting_approval", f"{era}: cancelled: {meta}")
+            text = text_of(pending)
+            check("cancelled" in text and "nothing was decided" in text, f"{era}: {text}")
+            check(link_of(pending) == f"tool-contracts://operations/{meta['key']}", f"{era}: {pending.content}")
+            doc = await operation_of(client, meta["key"])
+            check(doc["state"] == "awaiting_approval" and doc["approval"]["state"] == "pending", f"{era}: {doc}")
+            check("decision" not in doc["approval"], f"{era}: a cancel stored a decision: {doc}")
+            check(len(human.questions) == 3, f"{era}: questions {len(human.questions)}")
+            check(h.ledger.count("order_refund", order_id=args["order_id"]) == 0, f"{era}: a cancelled refund ran")
+
+
+async def without_elicitation_the_operator_approves_and_the_retry_runs_once(h: Harness) -> None:
+    """A client without elicitation gets a tool error naming the operation and how to approve
+    it; the operator approves with the CLI on the same SQLite file; the retry runs once."""
+    for mode, version in ERAS:
+        async with h.connect(client={"mode": mode}) as (client, _):
+            check(client.protocol_version == version, f"{mode}: negotiated {client.protocol_version}")
+            era = f"{mode} ({version})"
+            args = refund_args(h, mode, 4)
+            waiting = await client.call_tool("refund_order", args)
+            meta = call_meta(waiting)
+            key = meta["key"]
+            check(waiting.is_error is True and meta["error"] == "awaiting_approval", f"{era}: {meta} {text_of(waiting)}")
+            link = f"tool-contracts://operations/{key}"
+            check(link_of(waiting) == link and meta.get("operation") == link, f"{era}: {waiting.content} {meta}")
+            text = text_of(waiting)
+            for said in ("needs a person's approval", f"tool-contracts approve {key}",
+                         f"POST /operations/{key}/approve", "retry this same call"):
+                check(said in text, f"{era}: {said!r} not in {text}")
+            doc = await operation_of(client, key)
+            check(doc["state"] == "awaiting_approval", f"{era}: {doc}")
+            check(h.ledger.count("order_refund", order_id=args["order_id"]) == 0, f"{era}: ran unapproved")
+
+            approved = await anyio.run_process(
+                [CLI, "approve", key, "--store", f"sqlite:{h.db}", "--by", "e2e-operator"], check=False
+            )
+            check(approved.returncode == 0, f"{era}: the CLI failed: {approved.stderr.decode()}")
+            check((await operation_of(client, key))["state"] == "approved", f"{era}: not approved")
+            retry = await client.call_tool("refund_order", args)
+            check(not retry.is_error and call_meta(retry)["outcome"] == "executed", f"{era}: retry {text_of(retry)}")
+            again = await client.call_tool("refund_order", args)
+            check(not again.is_error and call_meta(again)["outcome"] == "replayed", f"{era}: {call_meta(again)}")
+            check(h.ledger.count("order_refund", order_id=args["order_id"]) == 1, f"{era}: refunds")
+            decision = (await operation_of(client, key))["approval"]["decision"]
+            check(decision["by"] == "e2e-operator" and decision["channel"] == "cli", f"{era}: {decision}")
+
+
+SCENARIOS.append(approval_is_asked_through_elicitation)
+SCENARIOS.append(without_elicitation_the_operator_approves_and_the_retry_runs_once)
+
+
+def leaf_messages(e: BaseException) -> list[str]:
+    """What failed, out of the exception groups anyio's task groups wrap it in."""
+    if isinstance(e, BaseExceptionGroup):
+        return [m for inner in e.exceptions for m in leaf_messages(inner)]
+    return [f"{type(e).__name__}: {e}" if not isinstance(e, Failure) else str(e)]
+
+
+async def main(binary: str, cli: str) -> int:
+    global CLI
+    CLI = cli
     passed, failed = 0, 0
     with tempfile.TemporaryDirectory(prefix="mcp-e2e-") as tmp:
         harnesses = []
@@ -766,7 +943,7 @@ async def main(binary: str) -> int:
                         if isinstance(e, (KeyboardInterrupt, SystemExit)):
                             raise
                         failed += 1
-                        print(f"FAIL {label}: {e}", flush=True)
+                        print(f"FAIL {label}: {'; '.join(leaf_messages(e))}", flush=True)
                         traceback.print_exc()
         if failed:
             for h in harnesses:
@@ -778,7 +955,7 @@ async def main(binary: str) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
+    if len(sys.argv) != 3:
         print(__doc__, file=sys.stderr)
         sys.exit(2)
-    sys.exit(anyio.run(main, sys.argv[1]))
+    sys.exit(anyio.run(main, sys.argv[1], sys.argv[2]))

@@ -2,7 +2,8 @@
 //! published tools and their output shapes), `tools/call` (the dedup engine's result as a
 //! `CallToolResult` with its `_meta`), the client's own intent key, malformed `tools/call`
 //! params (`-32602`), and progress notifications while a call runs. A task-augmented call
-//! and the `tasks/*` methods are answered by `tasks.rs`.
+//! and the `tasks/*` methods are answered by `tasks.rs`, a call waiting for approval by
+//! `approval.rs`.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -21,6 +22,7 @@ use rmcp::service::{Peer, RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
 use serde_json::{json, Map, Value};
 
+use super::approval::Asker;
 use super::tasks::{tasks_capability_required, CallMode};
 use super::{
     operation_uri, transport, McpServer, CALL_META_KEY, CLIENT_KEY_MAX_CHARS, CLIENT_KEY_META_KEY,
@@ -64,6 +66,34 @@ impl McpServer {
         }
         let outcome = self.run_call(name, args, client_key.as_deref()).await;
         self.answer(name, outcome, client_key.as_deref())
+    }
+
+    /// [`call`](Self::call) for a client that may be asked for an approval: a call waiting
+    /// for one goes to `approval.rs`, which asks through `asker` (an `InputRequiredResult`
+    /// from protocol 2026-07-28 on, hence the response type).
+    async fn call_asking(
+        &self,
+        name: &str,
+        arguments: Option<JsonObject>,
+        client_key: Option<&Value>,
+        asker: Asker,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let args = arguments.map_or(Value::Null, Value::Object);
+        let client_key = match client_key.map(|k| validate_client_key(name, k)).transpose() {
+            Ok(k) => k,
+            Err(e) => return Ok(self.error_result(name, e, None).into()),
+        };
+        let client_key = client_key.as_deref();
+        if name == OPERATION_TOOL && self.inner.registry.get(name).is_none() {
+            return Ok(self.operation_tool_result(&args).await.into());
+        }
+        match self.run_call(name, args.clone(), client_key).await {
+            Err(pending @ Error::AwaitingApproval { .. }) => {
+                self.answer_awaiting(name, args, client_key, pending, asker)
+                    .await
+            }
+            outcome => self.answer(name, outcome, client_key).map(Into::into),
+        }
     }
 
     /// Runs a registry call as this client's: in the server's scope and store, with the
@@ -214,8 +244,22 @@ impl McpServer {
             _ => "rejected",
         };
         tracing::debug!(tool = name, code = error.code(), key = ?error.key(), "tool-contracts: MCP call answered with an error result");
-        let mut result = CallToolResult::error(vec![ContentBlock::text(error.to_string())]);
-        result.meta = Some(call_meta(outcome, error.key(), client_key, Some(&error)));
+        // A call waiting for approval, or denied, is an operation to read (or to approve):
+        // its link, as a success carries it.
+        let link = match &error {
+            Error::AwaitingApproval { key, .. } | Error::Denied { key, .. } => Some(key.as_str()),
+            _ => None,
+        };
+        let mut content = vec![ContentBlock::text(error.to_string())];
+        if let Some(key) = link {
+            content = with_link(content, Some(key));
+        }
+        let mut result = CallToolResult::error(content);
+        let mut meta = call_meta(outcome, error.key(), client_key, Some(&error));
+        if let (Some(key), Some(Value::Object(call))) = (link, meta.0.get_mut(CALL_META_KEY)) {
+            call.insert("operation".into(), operation_uri(key).into());
+        }
+        result.meta = Some(meta);
         result
     }
 }
@@ -367,12 +411,15 @@ impl ServerHandler for McpServer {
             (CallMode::MissingCapability, _) => return Err(tasks_capability_required()),
             _ => {}
         }
-        let call = self.call(&name, request.arguments, client_key);
+        let asker = match self.inner.elicitation {
+            true => Asker::of(&context, request.input_responses, request.request_state),
+            false => Asker::none(),
+        };
+        let call = self.call_asking(&name, request.arguments, client_key, asker);
         match context.meta.get_progress_token() {
             Some(token) => with_progress_notifications(&context.peer, token, call).await,
             None => call.await,
         }
-        .map(Into::into)
     }
 
     /// `tasks/get` (SEP-2663), from the store: see `tasks.rs`.

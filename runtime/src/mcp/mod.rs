@@ -40,6 +40,11 @@
 //!   `CreateTaskResult` whose `taskId` is the call's key, and runs on in the background;
 //!   `tasks/get` and `tasks/cancel` answer from the store, in the server's scope, so a
 //!   retry names the same task and any process sharing the store answers for it (`tasks.rs`).
+//! - Approval: a call that waits for a person's approval asks that person through a client
+//!   that declared form elicitation (`elicitation/create` up to protocol 2025-11-25, an
+//!   `input_required` result from 2026-07-28 on), stores the answer as the decision and
+//!   runs the call once if approved (`approval.rs`); any other client gets the
+//!   `awaiting_approval` tool error with the operation's link.
 //! - A client may send its own intent key, as `params.idempotencyKey` or
 //!   `params._meta["dev.tool-contracts/idempotencyKey"]` (1 to 255 characters, no control
 //!   characters). It is folded into the key as a scope `client:<key>` inside any scope the
@@ -48,8 +53,9 @@
 //!
 //! The module is split by concern: this file holds the server type and its builder,
 //! `handler.rs` what the server answers (`tools/list`, `tools/call`, results, `_meta`, client
-//! keys), `tasks.rs` the task methods and task-augmented calls, `transport.rs` how it is
-//! served (stdio and streamable HTTP, on rmcp's transports).
+//! keys), `approval.rs` approval through the client (elicitation), `tasks.rs` the task
+//! methods and task-augmented calls, `transport.rs` how it is served (stdio and streamable
+//! HTTP, on rmcp's transports).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -61,12 +67,14 @@ use tokio_util::task::TaskTracker;
 use crate::registry::Registry;
 use crate::store::Store;
 
+mod approval;
 mod handler;
 mod tasks;
 #[cfg(test)]
 mod tests;
 mod transport;
 
+pub use approval::{APPROVAL_META_KEY, DEFAULT_ELICITATION_TIMEOUT};
 pub use tasks::DEFAULT_TASK_POLL_INTERVAL;
 
 pub use transport::{serve_http, serve_stdio};
@@ -124,6 +132,11 @@ struct Inner {
     operation_tool: bool,
     /// The `pollIntervalMs` a working task suggests.
     task_poll_interval: Duration,
+    /// Whether a call waiting for approval asks the person through a client that can be
+    /// asked (`approval.rs`).
+    elicitation: bool,
+    /// How long an `elicitation/create` waits for the client's answer.
+    elicitation_timeout: Duration,
     /// The calls running as tasks, which the transports wait for before they return.
     tasks: TaskTracker,
     tools: Vec<Tool>,
@@ -183,6 +196,8 @@ impl McpServer {
                 allowed_origins: None,
                 operation_tool: true,
                 task_poll_interval: DEFAULT_TASK_POLL_INTERVAL,
+                elicitation: true,
+                elicitation_timeout: DEFAULT_ELICITATION_TIMEOUT,
                 tasks: TaskTracker::new(),
                 tools,
                 shapes,
@@ -203,6 +218,8 @@ impl McpServer {
                 allowed_origins: shared.allowed_origins.clone(),
                 operation_tool: shared.operation_tool,
                 task_poll_interval: shared.task_poll_interval,
+                elicitation: shared.elicitation,
+                elicitation_timeout: shared.elicitation_timeout,
                 tasks: shared.tasks.clone(),
                 tools: shared.tools.clone(),
                 shapes: shared.shapes.clone(),
@@ -287,6 +304,25 @@ impl McpServer {
     pub fn with_task_poll_interval(self, interval: Duration) -> Self {
         let interval = interval.max(Duration::from_millis(1));
         self.map(|inner| inner.task_poll_interval = interval)
+    }
+
+    /// Never asks for an approval through the MCP client: a call waiting for approval
+    /// always answers the `awaiting_approval` tool error, and people decide through the
+    /// other channels (the CLI, HTTP, Rust). For deployments where the person behind the
+    /// MCP client is not the one who may approve: a decision made through elicitation is
+    /// made by whoever answers the client's form, named by the client's self-declared
+    /// `clientInfo.name` (docs/mcp.md, "Approval through elicitation").
+    pub fn without_approval_elicitation(self) -> Self {
+        self.map(|inner| inner.elicitation = false)
+    }
+
+    /// How long an `elicitation/create` asking for an approval waits for the client's
+    /// answer (default [`DEFAULT_ELICITATION_TIMEOUT`], 10 minutes; never longer than the
+    /// request stays open, the tool's `approval_expires`). Past it nothing is decided and
+    /// the call answers `awaiting_approval`. (From protocol 2026-07-28 on the question is
+    /// an `input_required` result and the client takes its own time.)
+    pub fn with_elicitation_timeout(self, timeout: Duration) -> Self {
+        self.map(|inner| inner.elicitation_timeout = timeout)
     }
 
     /// Waits until every call this server runs as a task has ended (stored its result,

@@ -526,6 +526,19 @@ mod shop {
         };
     }
 
+    static APPROVED_SPEC: ToolSpec = ToolSpec {
+        approval: crate::spec::ApprovalRule::Required,
+        ..spec("place_approved", TaskSupport::Forbidden)
+    };
+    /// `place_order` with `approval = "required"`: every new intent waits for a decision.
+    pub(super) static APPROVED: ToolDescriptor = ToolDescriptor::new(
+        &APPROVED_SPEC,
+        Some(|args| builder(&APPROVED_SPEC, args).0.key()),
+        |_: &Context, args| invoke(&APPROVED_SPEC, args),
+        input_schema,
+        output_schema,
+    );
+
     tool!(PLACE, PLACE_SPEC, "place_order", TaskSupport::Optional);
     tool!(PLAIN, PLAIN_SPEC, "place_plain", TaskSupport::Forbidden);
     tool!(
@@ -571,27 +584,52 @@ struct Client {
     server: tokio::task::JoinHandle<std::io::Result<()>>,
     /// What `initialize` answered.
     init: Value,
+    /// From protocol 2026-07-28 on (no `initialize`): the `_meta` every request carries.
+    stamp: Option<Value>,
 }
 
 impl Client {
     /// Connects and initializes; `takes_tasks`: the client declares the tasks extension
     /// (SEP-2663) in its capabilities.
     async fn connect(server: McpServer, takes_tasks: bool) -> Client {
+        let capabilities = match takes_tasks {
+            true => json!({"extensions": {rmcp::model::TASKS_EXTENSION_ID: {}}}),
+            false => json!({}),
+        };
+        Client::connect_with(server, capabilities).await
+    }
+
+    /// A client on the pipe of a running `server`, not initialized.
+    fn open(server: McpServer) -> Client {
         let (client, server_side) = tokio::io::duplex(1 << 20);
         let (server_read, server_write) = tokio::io::split(server_side);
         let server = tokio::spawn(server.serve_io(server_read, server_write));
         let (read, write) = tokio::io::split(client);
-        let mut client = Client {
+        Client {
             write,
             lines: BufReader::new(read).lines(),
             next_id: 1,
             server,
             init: Value::Null,
-        };
-        let capabilities = match takes_tasks {
-            true => json!({"extensions": {rmcp::model::TASKS_EXTENSION_ID: {}}}),
-            false => json!({}),
-        };
+            stamp: None,
+        }
+    }
+
+    /// A client of protocol 2026-07-28: no `initialize`; every request carries the
+    /// version, `clientInfo` and these `capabilities` in its `_meta`.
+    fn modern(server: McpServer, capabilities: Value) -> Client {
+        let mut client = Client::open(server);
+        client.stamp = Some(json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": capabilities,
+        }));
+        client
+    }
+
+    /// Connects and initializes (protocol 2025-11-25) declaring `capabilities`.
+    async fn connect_with(server: McpServer, capabilities: Value) -> Client {
+        let mut client = Client::open(server);
         let init = client
             .request(
                 "initialize",
@@ -614,10 +652,33 @@ impl Client {
 
     /// The whole response to one request (`result` or `error`), notifications skipped.
     async fn request(&mut self, method: &str, params: Value) -> Value {
+        self.request_answering(method, params, |_| {
+            panic!("the server asked the client something")
+        })
+        .await
+        .1
+    }
+
+    /// The whole response to one request, answering each request the server sends
+    /// meanwhile with `answer(request)` (a JSON-RPC `result`, or `{"error": …}` for an
+    /// error); returns the server's requests too.
+    async fn request_answering(
+        &mut self,
+        method: &str,
+        mut params: Value,
+        mut answer: impl FnMut(&Value) -> Value,
+    ) -> (Vec<Value>, Value) {
         let id = self.next_id;
         self.next_id += 1;
+        if let (Some(stamp), Value::Object(params)) = (&self.stamp, &mut params) {
+            let meta = params.entry("_meta").or_insert_with(|| json!({}));
+            if let (Value::Object(meta), Value::Object(stamp)) = (meta, stamp) {
+                meta.extend(stamp.clone());
+            }
+        }
         self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
             .await;
+        let mut asked = Vec::new();
         loop {
             let line =
                 tokio::time::timeout(core::time::Duration::from_secs(20), self.lines.next_line())
@@ -626,8 +687,16 @@ impl Client {
                     .unwrap()
                     .expect("the server kept the pipe open");
             let message: Value = serde_json::from_str(&line).unwrap();
-            if message["id"] == id {
-                return message;
+            if message.get("method").is_some() && message.get("id").is_some() {
+                let reply = answer(&message);
+                let reply = match reply.get("error") {
+                    Some(error) => json!({"jsonrpc": "2.0", "id": message["id"], "error": error}),
+                    None => json!({"jsonrpc": "2.0", "id": message["id"], "result": reply}),
+                };
+                asked.push(message);
+                self.send(&reply).await;
+            } else if message["id"] == id {
+                return (asked, message);
             }
         }
     }
@@ -1048,4 +1117,396 @@ async fn the_server_returns_only_once_its_running_tasks_have_ended() {
         op.map(|op| op.state),
         Some(crate::OperationState::Completed)
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// Approval through the MCP client (`approval.rs`): `elicitation/create` up to 2025-11-25,
+// an `input_required` result from 2026-07-28 on; without elicitation, the tool error.
+// ---------------------------------------------------------------------------------------
+
+/// A server of `place_approved` (`approval = "required"`) on `store`.
+fn approval_server(store: &Arc<dyn crate::store::Store>) -> McpServer {
+    let registry = Registry::from_tools([&shop::APPROVED]).unwrap();
+    let store = Arc::clone(store);
+    McpServer::new(registry).map(|inner| inner.store = Some(store))
+}
+
+/// What a client that declared elicitation answers: a JSON-RPC result, or `{"error": …}`.
+fn answering(answer: Value) -> impl FnMut(&Value) -> Value {
+    move |request: &Value| {
+        assert_eq!(request["method"], "elicitation/create", "{request}");
+        answer.clone()
+    }
+}
+
+fn call_params(order: u64) -> Value {
+    json!({"name": "place_approved", "arguments": {"order": order}})
+}
+
+fn text_of(result: &Value) -> String {
+    result["content"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["text"].as_str())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The operation document of `key` as `get_operation` returns it.
+async fn operation_doc(client: &mut Client, key: &str) -> Value {
+    let read = client.call(OPERATION_TOOL, json!({"key": key})).await;
+    assert_eq!(read["isError"], false, "{read}");
+    read["structuredContent"].clone()
+}
+
+/// What the person sees: the tool, the intent (arguments), the consequences, the link, and
+/// a form with one optional `reason`.
+fn assert_is_the_question(params: &Value, key: &str, order: u64) {
+    let message = params["message"].as_str().unwrap_or_default();
+    for said in [
+        "Approve this call of `place_approved`?",
+        &format!("{{\"order\":{order},\"refuse\":false}}"),
+        "one intent per order",
+        "About the tool: Place an order.",
+        "runs once",
+        "If you decline, it does not run",
+        "If you cancel, nothing is decided",
+        &operation_uri(key),
+    ] {
+        assert!(message.contains(said), "{said:?} not in {message}");
+    }
+    let schema = &params["requestedSchema"];
+    assert_eq!(schema["type"], "object", "{schema}");
+    assert_eq!(schema["properties"]["reason"]["type"], "string", "{schema}");
+    assert!(schema.get("required").is_none(), "{schema}");
+    let meta = &params["_meta"][APPROVAL_META_KEY];
+    assert_eq!(meta["key"], key, "{params}");
+    assert_eq!(meta["operation"], operation_uri(key), "{params}");
+    assert_eq!(meta["arguments"]["order"], order, "{params}");
+}
+
+#[tokio::test]
+async fn accepting_the_elicitation_approves_and_runs_the_call_once_and_a_retry_asks_nothing() {
+    let store = memory_store();
+    let mut client =
+        Client::connect_with(approval_server(&store), json!({"elicitation": {}})).await;
+    let key = key_of(&shop::APPROVED, &json!({"order": 301}), None).await;
+    let accept = json!({"action": "accept", "content": {"reason": "the customer called"}});
+    let (asked, answer) = client
+        .request_answering("tools/call", call_params(301), answering(accept.clone()))
+        .await;
+    assert_eq!(asked.len(), 1, "one question: {asked:?}");
+    assert_is_the_question(&asked[0]["params"], &key, 301);
+    let result = &answer["result"];
+    assert_eq!(result["isError"], false, "{answer}");
+    assert_eq!(
+        result["structuredContent"],
+        json!({"order": 301, "placed": true})
+    );
+    assert_eq!(
+        result["_meta"][CALL_META_KEY]["outcome"], "executed",
+        "{result}"
+    );
+    assert_eq!(shop::effects("place_approved", 301), 1);
+
+    let (asked, again) = client
+        .request_answering("tools/call", call_params(301), answering(accept))
+        .await;
+    assert!(asked.is_empty(), "a retry asks nothing: {asked:?}");
+    assert_eq!(
+        again["result"]["_meta"][CALL_META_KEY]["outcome"], "replayed",
+        "{again}"
+    );
+    assert_eq!(shop::effects("place_approved", 301), 1, "the body ran once");
+
+    let op = operation_doc(&mut client, &key).await;
+    assert_eq!(op["state"], "completed", "{op}");
+    let decision = &op["approval"]["decision"];
+    assert_eq!(decision["verdict"], "approved", "{op}");
+    assert_eq!(decision["by"], "mcp-client:test", "{op}");
+    assert_eq!(decision["channel"], "mcp-elicitation", "{op}");
+    assert_eq!(decision["reason"], "the customer called", "{op}");
+    client.close().await;
+}
+
+#[tokio::test]
+async fn declining_the_elicitation_denies_and_a_retry_gets_the_denial_without_a_question() {
+    let store = memory_store();
+    let mut client =
+        Client::connect_with(approval_server(&store), json!({"elicitation": {}})).await;
+    let key = key_of(&shop::APPROVED, &json!({"order": 302}), None).await;
+    for (round, reason) in [(1, "not this one"), (2, "")] {
+        let decline = json!({"action": "decline", "content": {"reason": reason}});
+        let (asked, answer) = client
+            .request_answering("tools/call", call_params(302), answering(decline))
+            .await;
+        assert_eq!(
+            asked.len(),
+            usize::from(round == 1),
+            "round {round}: {asked:?}"
+        );
+        let result = &answer["result"];
+        assert_eq!(result["isError"], true, "{answer}");
+        let meta = &result["_meta"][CALL_META_KEY];
+        assert_eq!(meta["error"], "denied", "{result}");
+        assert_eq!(meta["key"], key.as_str());
+        assert_eq!(meta["operation"], operation_uri(&key));
+        let text = text_of(result);
+        assert!(
+            text.contains("mcp-client:test via mcp-elicitation denied this call"),
+            "{text}"
+        );
+        assert!(
+            text.contains("not this one"),
+            "the first reason stands: {text}"
+        );
+        assert!(
+            result["content"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c["type"] == "resource_link" && c["uri"] == operation_uri(&key)),
+            "{result}"
+        );
+    }
+    assert_eq!(shop::effects("place_approved", 302), 0);
+    let op = operation_doc(&mut client, &key).await;
+    assert_eq!(op["state"], "denied", "{op}");
+    client.close().await;
+}
+
+#[tokio::test]
+async fn a_decline_without_a_reason_is_stored_as_declined_in_the_client() {
+    let store = memory_store();
+    let mut client = Client::connect_with(
+        approval_server(&store),
+        json!({"elicitation": {"form": {}}}),
+    )
+    .await;
+    let key = key_of(&shop::APPROVED, &json!({"order": 303}), None).await;
+    let (_, answer) = client
+        .request_answering(
+            "tools/call",
+            call_params(303),
+            answering(json!({"action": "decline"})),
+        )
+        .await;
+    assert_eq!(
+        answer["result"]["_meta"][CALL_META_KEY]["error"], "denied",
+        "{answer}"
+    );
+    let op = operation_doc(&mut client, &key).await;
+    assert_eq!(
+        op["approval"]["decision"]["reason"],
+        super::approval::DECLINED,
+        "{op}"
+    );
+    client.close().await;
+}
+
+#[tokio::test]
+async fn a_cancel_or_a_failed_elicitation_decides_nothing_and_the_call_stays_pending() {
+    let store = memory_store();
+    let mut client =
+        Client::connect_with(approval_server(&store), json!({"elicitation": {}})).await;
+    let key = key_of(&shop::APPROVED, &json!({"order": 304}), None).await;
+    let answers = [
+        (
+            json!({"action": "cancel"}),
+            "cancelled the approval question",
+        ),
+        (
+            json!({"error": {"code": -32600, "message": "no human here"}}),
+            "gave no answer",
+        ),
+    ];
+    for (reply, why) in answers {
+        let (asked, answer) = client
+            .request_answering("tools/call", call_params(304), answering(reply))
+            .await;
+        assert_eq!(
+            asked.len(),
+            1,
+            "asked again: nothing was decided: {asked:?}"
+        );
+        let result = &answer["result"];
+        assert_eq!(result["isError"], true, "{answer}");
+        assert_eq!(
+            result["_meta"][CALL_META_KEY]["error"], "awaiting_approval",
+            "{result}"
+        );
+        let text = text_of(result);
+        assert!(text.contains(why), "{text}");
+        assert!(text.contains("nothing was decided"), "{text}");
+        assert!(text.contains(&operation_uri(&key)), "{text}");
+        let op = operation_doc(&mut client, &key).await;
+        assert_eq!(op["state"], "awaiting_approval", "{op}");
+        assert!(op["approval"].get("decision").is_none(), "{op}");
+    }
+    assert_eq!(shop::effects("place_approved", 304), 0);
+    client.close().await;
+}
+
+#[tokio::test]
+async fn without_elicitation_the_call_is_a_tool_error_naming_how_to_approve() {
+    let store = memory_store();
+    // No capability; the capability but the channel off; only URL elicitation.
+    let clients = [
+        (approval_server(&store), json!({}), 305),
+        (
+            approval_server(&store).without_approval_elicitation(),
+            json!({"elicitation": {}}),
+            306,
+        ),
+        (
+            approval_server(&store),
+            json!({"elicitation": {"url": {}}}),
+            307,
+        ),
+    ];
+    for (server, capabilities, order) in clients {
+        let mut client = Client::connect_with(server, capabilities).await;
+        let key = key_of(&shop::APPROVED, &json!({"order": order}), None).await;
+        let (asked, answer) = client
+            .request_answering("tools/call", call_params(order), |r| panic!("asked: {r}"))
+            .await;
+        assert!(asked.is_empty());
+        let result = &answer["result"];
+        assert_eq!(result["isError"], true, "{answer}");
+        let meta = &result["_meta"][CALL_META_KEY];
+        assert_eq!(meta["error"], "awaiting_approval", "{result}");
+        assert_eq!(meta["key"], key.as_str());
+        assert_eq!(meta["operation"], operation_uri(&key));
+        let text = text_of(result);
+        for said in [
+            "needs a person's approval".to_owned(),
+            format!("tool-contracts approve {key}"),
+            format!("POST /operations/{key}/approve"),
+            "retry this same call".to_owned(),
+        ] {
+            assert!(text.contains(&said), "{said:?} not in {text}");
+        }
+        let link = result["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "resource_link")
+            .unwrap_or_else(|| panic!("no link: {result}"));
+        assert_eq!(link["uri"], operation_uri(&key));
+        let read = client
+            .result("resources/read", json!({"uri": operation_uri(&key)}))
+            .await;
+        let doc: Value =
+            serde_json::from_str(read["contents"][0]["text"].as_str().unwrap()).unwrap();
+        assert_eq!(doc["state"], "awaiting_approval", "{doc}");
+        client.close().await;
+    }
+}
+
+/// The first round of a 2026-07-28 call needing approval: its `input_required` result.
+async fn input_required(client: &mut Client, order: u64) -> Value {
+    let first = client.result("tools/call", call_params(order)).await;
+    assert_eq!(first["resultType"], "input_required", "{first}");
+    first
+}
+
+/// The retry of the call with `answer` to the question of `first`.
+async fn answer_round(client: &mut Client, order: u64, first: &Value, answer: Value) -> Value {
+    let mut params = call_params(order);
+    params["inputResponses"] = json!({APPROVAL_META_KEY: answer});
+    params["requestState"] = first["requestState"].clone();
+    client.result("tools/call", params).await
+}
+
+#[tokio::test]
+async fn from_2026_07_28_the_question_is_an_input_required_result_answered_by_the_retry() {
+    let store = memory_store();
+    let caps = json!({"elicitation": {"form": {}}});
+    let mut client = Client::modern(approval_server(&store), caps);
+
+    // Accept: the retry carrying the answer runs the body once; a later retry replays.
+    let key = key_of(&shop::APPROVED, &json!({"order": 311}), None).await;
+    let first = input_required(&mut client, 311).await;
+    let question = &first["inputRequests"][APPROVAL_META_KEY];
+    assert_eq!(question["method"], "elicitation/create", "{first}");
+    assert_is_the_question(&question["params"], &key, 311);
+    assert_eq!(
+        shop::effects("place_approved", 311),
+        0,
+        "asking runs nothing"
+    );
+    let done = answer_round(&mut client, 311, &first, json!({"action": "accept"})).await;
+    assert_eq!(done["isError"], false, "{done}");
+    assert_eq!(
+        done["_meta"][CALL_META_KEY]["outcome"], "executed",
+        "{done}"
+    );
+    let again = client.call("place_approved", json!({"order": 311})).await;
+    assert_eq!(
+        again["_meta"][CALL_META_KEY]["outcome"], "replayed",
+        "no question: {again}"
+    );
+    assert_eq!(shop::effects("place_approved", 311), 1);
+    let op = operation_doc(&mut client, &key).await;
+    assert_eq!(op["approval"]["decision"]["by"], "mcp-client:test", "{op}");
+    assert_eq!(
+        op["approval"]["decision"]["channel"], "mcp-elicitation",
+        "{op}"
+    );
+
+    // Decline: denied; a retry gets the denial, not a question.
+    let first = input_required(&mut client, 312).await;
+    let denied = answer_round(
+        &mut client,
+        312,
+        &first,
+        json!({"action": "decline", "content": {"reason": "no"}}),
+    )
+    .await;
+    assert_eq!(
+        denied["_meta"][CALL_META_KEY]["error"], "denied",
+        "{denied}"
+    );
+    let again = client.call("place_approved", json!({"order": 312})).await;
+    assert_eq!(again["_meta"][CALL_META_KEY]["error"], "denied", "{again}");
+    assert_eq!(shop::effects("place_approved", 312), 0);
+
+    // Cancel: nothing decided; the next call asks again.
+    let first = input_required(&mut client, 313).await;
+    let pending = answer_round(&mut client, 313, &first, json!({"action": "cancel"})).await;
+    assert_eq!(
+        pending["_meta"][CALL_META_KEY]["error"], "awaiting_approval",
+        "{pending}"
+    );
+    assert!(text_of(&pending).contains("cancelled"), "{pending}");
+    input_required(&mut client, 313).await;
+
+    // An answer to the question about another call (its state names another key) decides
+    // nothing here: this call is asked about.
+    let other = input_required(&mut client, 314).await;
+    let mut params = call_params(315);
+    params["inputResponses"] = json!({APPROVAL_META_KEY: {"action": "accept"}});
+    params["requestState"] = other["requestState"].clone();
+    let asked = client.result("tools/call", params).await;
+    assert_eq!(asked["resultType"], "input_required", "{asked}");
+    let key_314 = key_of(&shop::APPROVED, &json!({"order": 314}), None).await;
+    assert_eq!(
+        operation_doc(&mut client, &key_314).await["state"],
+        "awaiting_approval"
+    );
+    assert_eq!(
+        shop::effects("place_approved", 314) + shop::effects("place_approved", 315),
+        0
+    );
+
+    // A 2026-07-28 client without elicitation: the tool error, at once.
+    let mut plain = Client::modern(approval_server(&store), json!({}));
+    let refused = plain.call("place_approved", json!({"order": 316})).await;
+    assert_eq!(
+        refused["_meta"][CALL_META_KEY]["error"], "awaiting_approval",
+        "{refused}"
+    );
+    client.close().await;
+    plain.close().await;
 }
