@@ -70,6 +70,15 @@ async fn redis_store_passes_the_conformance_suite() {
     cleanup(&mut raw, &prefix).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_store_passes_the_conformance_suite_with_a_near_cache() {
+    let Some((store, prefix, mut raw)) = fresh_store("tc-redis-near").await else {
+        return;
+    };
+    conformance::run_all_near_cached(Arc::new(store), &conformance::unique("redis")).await;
+    cleanup(&mut raw, &prefix).await;
+}
+
 #[tokio::test]
 async fn an_unreachable_server_is_unavailable_quickly() {
     // Port 1 on loopback: nothing listens, so the connection is refused. No server needed.
