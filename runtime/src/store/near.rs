@@ -17,8 +17,9 @@
 //! - **Scope-exact.** A copy is served only to a claim of the same key *and* the scope the
 //!   record was made in; any other claim goes to the store.
 //! - **Bounded.** At most `max_entries` records and `max_bytes` (results, arguments and
-//!   keys counted) in [`quick_cache`]'s S3-FIFO cache; a record bigger than a shard's budget
-//!   is not kept.
+//!   keys counted) in [`quick_cache`]'s S3-FIFO cache; a record bigger than one shard's
+//!   budget (`max_bytes` split over up to 4 shards per core, each of at least 4 MiB where
+//!   `max_bytes` allows) is not kept.
 //! - **Invalidated in this process** by every write through the wrapper on the key
 //!   (`complete`, `release`, `abandon`, `takeover`, `resolve`) and, for expired copies, by
 //!   `purge_expired`. What another process does (an operator deleting a key by hand) is
@@ -128,6 +129,33 @@ impl Weighter<Box<str>, Held> for ByWeight {
     }
 }
 
+/// The least budget of one shard where `max_bytes` allows: a record must fit in one
+/// shard's budget to be kept, and results of a few MiB are common.
+const SHARD_BUDGET: u64 = 4 * 1024 * 1024;
+
+/// The cache: as many shards as quick_cache would use (4 per core, for concurrency), but
+/// fewer where that would leave a shard less than [`SHARD_BUDGET`] (all of `max_bytes` in
+/// one shard when it is smaller), so a small cache still keeps records of its size.
+fn sharded(max_entries: usize, max_bytes: u64) -> Cache<Box<str>, Held, ByWeight> {
+    let concurrency = std::thread::available_parallelism().map_or(1, |n| n.get().saturating_mul(4));
+    let by_budget = usize::try_from(max_bytes / SHARD_BUDGET).unwrap_or(usize::MAX);
+    let wanted = concurrency.min(by_budget).max(1);
+    // A power of two (quick_cache rounds up; rounding down keeps each shard's budget).
+    let shards = 1usize << wanted.ilog2();
+    let options = quick_cache::OptionsBuilder::new()
+        .shards(shards)
+        .estimated_items_capacity(max_entries)
+        .weight_capacity(max_bytes)
+        .build();
+    match options {
+        Ok(options) => {
+            Cache::with_options(options, ByWeight, Default::default(), Default::default())
+        }
+        // Not reached (every option is set); quick_cache's own sharding then.
+        Err(_) => Cache::with_weighter(max_entries, max_bytes, ByWeight),
+    }
+}
+
 impl<S> NearCacheBuilder<S> {
     /// At most this many keys are kept (default [`DEFAULT_NEAR_CACHE_ENTRIES`]); `0` keeps
     /// none (the wrapper then only passes operations through).
@@ -155,7 +183,7 @@ impl<S> NearCacheBuilder<S> {
     /// The near cache over the store.
     pub fn build(self) -> NearCache<S> {
         let cache = (self.max_entries > 0 && self.max_bytes > 0)
-            .then(|| Cache::with_weighter(self.max_entries, self.max_bytes, ByWeight));
+            .then(|| sharded(self.max_entries, self.max_bytes));
         NearCache {
             inner: self.inner,
             cache,
