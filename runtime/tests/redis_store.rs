@@ -337,7 +337,9 @@ async fn a_near_cache_from_the_url_serves_a_deleted_key_until_its_max_age() {
     };
     let joiner = if url.contains('?') { '&' } else { '?' };
     let near_url = format!("{url}{joiner}near_cache=100&near_cache_max_age=600ms");
-    let store = tool_contracts_runtime::store::open(&near_url).await.unwrap();
+    let store = tool_contracts_runtime::store::open(&near_url)
+        .await
+        .unwrap();
     assert_eq!(store.backend(), "redis");
     let mut raw = redis::Client::open(url)
         .unwrap()
