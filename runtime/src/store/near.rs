@@ -59,7 +59,23 @@ const ENTRY_OVERHEAD: u64 =
 /// in this process; every other operation goes to the inner store. Off unless you wrap a
 /// store in it (or open one with `?near_cache=N`, see [`open`](super::open)).
 ///
+/// - Only completed records are kept; in progress and abandoned answers never are.
+/// - A copy is served until the record's expiry **by the store's clock**: a deadline on this
+///   process's monotonic clock, from the instant before a [`Store::observe`] was sent plus
+///   `expires_at - now` of that read (never the worker's wall clock), and at most
+///   [`max_age`](NearCacheBuilder::max_age) after it.
+/// - A copy is served only to a claim of its key in the scope its record was made in.
+/// - At most [`max_entries`](NearCacheBuilder::max_entries) keys and
+///   [`max_bytes`](NearCacheBuilder::max_bytes) are kept (quick_cache's S3-FIFO eviction).
+/// - `complete`, `release`, `abandon`, `takeover` and `resolve` through the wrapper drop the
+///   key's copy; `purge_expired` drops expired copies. An operator's removal of a key on
+///   the server, from another process, is **not seen**: copies serve until their deadline
+///   (hence `max_age`, and off by default).
+/// - No call pays an extra round trip: a completed answer leaves a hint, and the next
+///   claim of the key reads it with `observe` in place of the claim.
+///
 /// ```no_run
+/// # #[cfg(feature = "redis")]
 /// # async fn demo() -> Result<(), tool_contracts_runtime::store::StoreError> {
 /// use std::time::Duration;
 /// use tool_contracts_runtime::store::{NearCache, RedisStore};
@@ -74,8 +90,8 @@ const ENTRY_OVERHEAD: u64 =
 /// # Ok(()) }
 /// ```
 ///
-/// See the module rules above and docs/stores.md for what a copy means when an operator
-/// removes a key in another process.
+/// docs/stores.md ("Near cache") has the invalidation table and what a removal elsewhere
+/// means for the copies.
 pub struct NearCache<S> {
     inner: S,
     /// `None` when a bound is zero: every operation goes to the store.
