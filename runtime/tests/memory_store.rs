@@ -20,3 +20,9 @@ async fn memory_store_purges_expired_records_in_the_background() {
 async fn memory_store_passes_the_conformance_suite() {
     conformance::run_all(Arc::new(MemoryStore::new()), &conformance::unique("mem")).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_store_passes_the_conformance_suite_with_a_near_cache() {
+    let store = Arc::new(MemoryStore::new());
+    conformance::run_all_near_cached(store, &conformance::unique("mem")).await;
+}

@@ -111,6 +111,21 @@ async fn postgres_store_passes_the_conformance_suite() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_store_passes_the_conformance_suite_with_a_near_cache() {
+    let Some(schema) = TestSchema::new("near") else {
+        return;
+    };
+    let store = schema
+        .builder()
+        .table_prefix("conformance_")
+        .connect()
+        .await
+        .unwrap();
+    conformance::run_all_near_cached(Arc::new(store), &conformance::unique("pg")).await;
+    schema.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_store_purges_expired_records_in_the_background() {
     let Some(schema) = TestSchema::new("purge") else {
         return;

@@ -70,6 +70,15 @@ async fn redis_store_passes_the_conformance_suite() {
     cleanup(&mut raw, &prefix).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_store_passes_the_conformance_suite_with_a_near_cache() {
+    let Some((store, prefix, mut raw)) = fresh_store("tc-redis-near").await else {
+        return;
+    };
+    conformance::run_all_near_cached(Arc::new(store), &conformance::unique("redis")).await;
+    cleanup(&mut raw, &prefix).await;
+}
+
 #[tokio::test]
 async fn an_unreachable_server_is_unavailable_quickly() {
     // Port 1 on loopback: nothing listens, so the connection is refused. No server needed.
@@ -315,5 +324,69 @@ async fn a_server_with_an_append_only_file_is_accepted_whatever_its_fsync() {
             store.claim(req("persisted")).await.unwrap(),
             ClaimOutcome::Acquired { .. }
         ));
+    }
+}
+
+/// `?near_cache=N` on a Redis URL keeps completed results in the process: a key an
+/// operator deletes on the server (`DEL`, as from another process) is still replayed here
+/// until `near_cache_max_age`, then the server's answer is back (docs/stores.md).
+#[tokio::test]
+async fn a_near_cache_from_the_url_serves_a_deleted_key_until_its_max_age() {
+    let Some(url) = support::url(&support::REDIS, "the Redis near cache test") else {
+        return;
+    };
+    let joiner = if url.contains('?') { '&' } else { '?' };
+    let near_url = format!("{url}{joiner}near_cache=100&near_cache_max_age=600ms");
+    let store = tool_contracts_runtime::store::open(&near_url)
+        .await
+        .unwrap();
+    assert_eq!(store.backend(), "redis");
+    let mut raw = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let key = conformance::unique("near-url");
+    let token = conformance::acquire(&*store, req(&key)).await;
+    let kept = conformance::completion("\"kept\"", Duration::from_secs(60));
+    store.complete(&key, token, kept).await.unwrap();
+    let read = std::time::Instant::now();
+    assert!(matches!(
+        store.claim(req(&key)).await.unwrap(),
+        ClaimOutcome::Completed(_)
+    ));
+    // The operator's removal, on the server (the store's default prefix is `tc:`).
+    let _: () = redis::cmd("DEL")
+        .arg(format!("tc:r:{key}"))
+        .arg(format!("tc:h:{key}"))
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let answer = store.claim(req(&key)).await.unwrap();
+    if read.elapsed() < Duration::from_millis(500) {
+        assert!(
+            matches!(answer, ClaimOutcome::Completed(_)),
+            "within max_age the copy here answers: {answer:?}"
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(700).saturating_sub(read.elapsed())).await;
+    match store.claim(req(&key)).await.unwrap() {
+        ClaimOutcome::Acquired { token } => store.release(&key, token).await.unwrap(),
+        other => panic!("past max_age the server answers, yet: {other:?}"),
+    }
+    // Leave the shared server as found: the released key's history and index entries.
+    let _: () = redis::cmd("DEL")
+        .arg(format!("tc:r:{key}"))
+        .arg(format!("tc:h:{key}"))
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    for index in ["tc:expiry", "tc:pending"] {
+        let _: () = redis::cmd("ZREM")
+            .arg(index)
+            .arg(&key)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
     }
 }

@@ -66,6 +66,13 @@ async fn sqlite_store_passes_the_conformance_suite() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_store_passes_the_conformance_suite_with_a_near_cache() {
+    let db = TempDb::new("conformance-near");
+    let store = SqliteStore::open(db.path()).await.unwrap();
+    conformance::run_all_near_cached(Arc::new(store), &conformance::unique("sqlite")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_store_purges_expired_records_in_the_background() {
     let db = TempDb::new("bg-purge");
     let store = SqliteStore::open(db.path()).await.unwrap();

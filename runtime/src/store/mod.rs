@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 mod memory;
+mod near;
 mod open;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -27,6 +28,7 @@ mod redis;
 mod sqlite;
 
 pub use memory::MemoryStore;
+pub use near::{NearCache, NearCacheBuilder, DEFAULT_NEAR_CACHE_BYTES, DEFAULT_NEAR_CACHE_ENTRIES};
 pub use open::open;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresStore, PostgresStoreBuilder};

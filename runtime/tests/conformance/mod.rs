@@ -6,12 +6,13 @@
 
 #![allow(dead_code)]
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tool_contracts_runtime::store::{
-    ClaimOutcome, ClaimRequest, Completion, HistoryKind, Observed, RecordState, Resolution,
-    ResolveRequest, Store, StoreError,
+    ClaimOutcome, ClaimRequest, Completion, HistoryEvent, HistoryKind, NearCache, Observed, Record,
+    RecordState, Resolution, ResolveRequest, Store, StoreError, StoreResult,
 };
 
 /// A fresh prefix per suite run, so suites can share one server.
@@ -110,6 +111,197 @@ pub async fn run_all(store: Arc<dyn Store>, p: &str) {
     history_records_every_transition(&*store, p).await;
     observe_reads_a_record_by_the_stores_clock_and_changes_nothing(&*store, p).await;
     version_and_update_time_follow_every_transition(&*store, p).await;
+}
+
+/// Runs every case on `inner` wrapped in a [`NearCache`] (every store's suite must pass
+/// with it on), then the near cache's own cases against the backend's real clock: repeated
+/// replays answered without a round trip, never past the store's expiry, and only in the
+/// record's scope.
+pub async fn run_all_near_cached(inner: Arc<dyn Store>, p: &str) {
+    run_all(
+        Arc::new(NearCache::new(Arc::clone(&inner))),
+        &format!("{p}-near"),
+    )
+    .await;
+    near_cache_replays_without_a_round_trip(Arc::clone(&inner), p).await;
+    near_cache_never_serves_past_the_stores_expiry(Arc::clone(&inner), p).await;
+    near_cache_is_scope_exact(inner, p).await;
+}
+
+/// A store that counts the operations that reach `inner` (claims and reads), to tell a
+/// near cache's answer from the store's.
+pub struct Counting {
+    pub inner: Arc<dyn Store>,
+    pub claims: AtomicU64,
+    pub observes: AtomicU64,
+}
+
+impl Counting {
+    pub fn new(inner: Arc<dyn Store>) -> Arc<Self> {
+        Arc::new(Self {
+            inner,
+            claims: AtomicU64::new(0),
+            observes: AtomicU64::new(0),
+        })
+    }
+
+    /// Claims and reads that reached the store so far.
+    pub fn round_trips(&self) -> u64 {
+        self.claims.load(Ordering::SeqCst) + self.observes.load(Ordering::SeqCst)
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for Counting {
+    async fn claim(&self, req: ClaimRequest<'_>) -> StoreResult<ClaimOutcome> {
+        self.claims.fetch_add(1, Ordering::SeqCst);
+        self.inner.claim(req).await
+    }
+    async fn takeover(&self, req: ClaimRequest<'_>, stale_token: u64) -> StoreResult<ClaimOutcome> {
+        self.inner.takeover(req, stale_token).await
+    }
+    async fn complete(&self, key: &str, token: u64, completion: Completion<'_>) -> StoreResult {
+        self.inner.complete(key, token, completion).await
+    }
+    async fn release(&self, key: &str, token: u64) -> StoreResult {
+        self.inner.release(key, token).await
+    }
+    async fn renew(&self, key: &str, token: u64, lease: Duration) -> StoreResult {
+        self.inner.renew(key, token, lease).await
+    }
+    async fn abandon(&self, key: &str, token: u64) -> StoreResult {
+        self.inner.abandon(key, token).await
+    }
+    async fn lookup(&self, key: &str) -> StoreResult<Option<Record>> {
+        self.observes.fetch_add(1, Ordering::SeqCst);
+        self.inner.lookup(key).await
+    }
+    async fn observe(&self, key: &str) -> StoreResult<Option<Observed>> {
+        self.observes.fetch_add(1, Ordering::SeqCst);
+        self.inner.observe(key).await
+    }
+    async fn pending(&self, limit: usize) -> StoreResult<Vec<Record>> {
+        self.inner.pending(limit).await
+    }
+    async fn resolve(&self, request: ResolveRequest<'_>) -> StoreResult {
+        self.inner.resolve(request).await
+    }
+    async fn history(&self, key: &str) -> StoreResult<Vec<HistoryEvent>> {
+        self.inner.history(key).await
+    }
+    async fn purge_expired(&self) -> StoreResult<u64> {
+        self.inner.purge_expired().await
+    }
+    async fn wait(&self, key: &str, timeout: Duration) {
+        self.inner.wait(key, timeout).await
+    }
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+}
+
+/// A completed key is read from the store once more (with `observe`, in place of the
+/// claim it answers), then served here: ten replays, one round trip.
+pub async fn near_cache_replays_without_a_round_trip(inner: Arc<dyn Store>, p: &str) {
+    let counting = Counting::new(inner);
+    let near = NearCache::new(Arc::clone(&counting));
+    let key = format!("{p}/near-replay");
+    let token = acquire(&near, req(&key, LONG)).await;
+    near.complete(&key, token, done("{\"n\":1}")).await.unwrap();
+    let before = counting.round_trips();
+    for _ in 0..10 {
+        let ClaimOutcome::Completed(record) = near.claim(req(&key, LONG)).await.unwrap() else {
+            panic!("a completed key replays");
+        };
+        assert!(
+            matches!(&record.state, RecordState::Completed { result, .. } if result == "{\"n\":1}")
+        );
+        assert_eq!(record.scope.as_deref(), Some("tenant-ä"));
+    }
+    assert_eq!(
+        counting.round_trips() - before,
+        1,
+        "ten replays, one read of the store"
+    );
+    assert_eq!(near.hits(), 9);
+}
+
+/// A result kept 700 ms by the store: replayed from the cache meanwhile, and never once the
+/// store counts it expired (checked against the store itself before each claim, by its
+/// own clock: the server's for Redis and PostgreSQL).
+pub async fn near_cache_never_serves_past_the_stores_expiry(inner: Arc<dyn Store>, p: &str) {
+    let near = NearCache::new(Arc::clone(&inner));
+    let key = format!("{p}/near-expiry");
+    let token = acquire(&near, req(&key, LONG)).await;
+    let short = completion("\"short\"", Duration::from_millis(700));
+    near.complete(&key, token, short).await.unwrap();
+    let started = std::time::Instant::now();
+    let mut replays_while_live = 0;
+    loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the key never became claimable again"
+        );
+        // Expired by the store's count at this read (expiry never comes undone).
+        let expired = match inner.observe(&key).await.unwrap() {
+            None => true,
+            Some(seen) => seen.record.expires_at <= seen.now,
+        };
+        match near.claim(req(&key, LONG)).await.unwrap() {
+            ClaimOutcome::Completed(_) if expired => panic!(
+                "a copy was served after the store's expiry ({:?} after completion)",
+                started.elapsed()
+            ),
+            ClaimOutcome::Completed(_) => replays_while_live += 1,
+            ClaimOutcome::Acquired { token } => {
+                near.release(&key, token).await.unwrap();
+                break;
+            }
+            other => panic!("{other:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(
+        near.hits() > 0 && replays_while_live > 0,
+        "the cache served nothing ({} hits): the check proved nothing",
+        near.hits()
+    );
+}
+
+/// A copy is served only in the scope its record was made in: a claim of the same key in
+/// another scope goes to the store (and gets the store's answer), and a claim in the
+/// record's scope is still served here.
+pub async fn near_cache_is_scope_exact(inner: Arc<dyn Store>, p: &str) {
+    let counting = Counting::new(inner);
+    let near = NearCache::new(Arc::clone(&counting));
+    let key = format!("{p}/near-scope");
+    let token = acquire(&near, req(&key, LONG)).await;
+    near.complete(&key, token, done("\"ä\"")).await.unwrap();
+    assert!(matches!(
+        near.claim(req(&key, LONG)).await.unwrap(),
+        ClaimOutcome::Completed(_)
+    ));
+    for other_scope in [Some("tenant-b"), None, Some("tenant-ä/child")] {
+        let before = counting.claims.load(Ordering::SeqCst);
+        let mut other = req(&key, LONG);
+        other.scope = other_scope;
+        let answer = near.claim(other).await.unwrap();
+        assert_eq!(
+            counting.claims.load(Ordering::SeqCst),
+            before + 1,
+            "a claim in scope {other_scope:?} must reach the store"
+        );
+        // The store's own answer, whatever it is, passed through unchanged.
+        assert_eq!(answer, counting.inner.claim(other).await.unwrap());
+    }
+    let hits = near.hits();
+    let round_trips = counting.round_trips();
+    assert!(matches!(
+        near.claim(req(&key, LONG)).await.unwrap(),
+        ClaimOutcome::Completed(_)
+    ));
+    assert_eq!(near.hits(), hits + 1, "its own scope is still served here");
+    assert_eq!(counting.round_trips(), round_trips);
 }
 
 /// The record and the store's clock of one read: a live lease ends after `now`, an
