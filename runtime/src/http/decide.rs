@@ -156,12 +156,14 @@ async fn decision(
                         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
                     response
                 }
-                Err(e) => return refuse(Problem::new(
-                    ProblemType::Codec,
-                    format!(
+                Err(e) => {
+                    return refuse(Problem::new(
+                        ProblemType::Codec,
+                        format!(
                         "the decision is stored, but the operation {key} cannot be encoded: {e}"
                     ),
-                )),
+                    ))
+                }
             },
             // Decided, then gone at once (a `ttl` of 0): as a read of it.
             Ok(None) => return refuse(not_found(&key)),
