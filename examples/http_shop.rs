@@ -57,8 +57,8 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tool_contracts::http::axum;
-use tool_contracts::mutating_tool;
 use tool_contracts::http::{HttpTools, IdempotencyLayer, Problem, Rejection};
+use tool_contracts::mutating_tool;
 
 use axum::body::Bytes;
 use axum::http::request::Parts;

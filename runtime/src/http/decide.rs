@@ -136,10 +136,7 @@ async fn decision(
     };
     let location = operation_path(&prefix, &key);
     let mut response = if html {
-        match see_other(&location) {
-            Ok(response) => response,
-            Err(response) => return response,
-        }
+        see_other(&location)
     } else {
         let read = crate::operation(&key);
         match tools.in_context(tenant, None, read).await {
@@ -180,14 +177,14 @@ async fn decision(
 }
 
 /// `303 See Other` to `location`, or the `500` of a base path a header cannot carry.
-fn see_other(location: &str) -> Result<Response, Response> {
+fn see_other(location: &str) -> Response {
     match HeaderValue::from_str(location) {
-        Ok(value) => Ok((StatusCode::SEE_OTHER, [(header::LOCATION, value)]).into_response()),
-        Err(_) => Err(Problem::new(
+        Ok(value) => (StatusCode::SEE_OTHER, [(header::LOCATION, value)]).into_response(),
+        Err(_) => Problem::new(
             ProblemType::Misconfigured,
             format!("the operation path `{location}` cannot be sent as a header; the server's base path is invalid. Read the operation by its key"),
         )
-        .into_response()),
+        .into_response(),
     }
 }
 
@@ -354,7 +351,7 @@ pub(super) async fn awaiting(
 ) -> Response {
     let location = operation_path(prefix, key);
     if html {
-        return with_vary(see_other(&location).unwrap_or_else(|response| response));
+        return with_vary(see_other(&location));
     }
     let read = crate::operation(key);
     let op = match tools.in_context(tenant, None, read).await {
