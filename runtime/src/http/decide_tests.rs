@@ -919,3 +919,16 @@ async fn the_openapi_document_describes_the_decision_routes() {
     }
     assert!(doc["paths"]["/operations/{key}"]["get"]["responses"]["403"].is_object());
 }
+
+#[tokio::test]
+async fn a_decision_route_takes_only_post() {
+    let app = app();
+    let location = ask(&app, post_json("/tools/refund", refund(13, ""))).await;
+    let answer = send(&app, get(&format!("{location}/approve"))).await;
+    answer.problem(ProblemType::MethodNotAllowed);
+    assert_eq!(answer.header("allow"), Some("POST"));
+    assert_eq!(
+        state(&send(&app, get(&location)).await),
+        "awaiting_approval"
+    );
+}
