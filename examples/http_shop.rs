@@ -11,8 +11,9 @@
 //! curl http://127.0.0.1:8090/ledger
 //! ```
 //!
-//! Routes: `/` the form, `/ledger` every effect so far (JSON), the tools router
-//! (`POST /tools/{name}`, `GET /operations/{key}`, `GET /tools`, `GET /openapi.json`), and
+//! Routes: `/` the form, `/refund` a refund form, `/ledger` every effect so far (JSON), the
+//! tools router (`POST /tools/{name}`, `GET /operations/{key}`,
+//! `POST /operations/{key}/approve` and `/deny`, `GET /tools`, `GET /openapi.json`), and
 //! `POST /payments`: a plain axum handler (no tool, no registry; a legacy route) guarded by
 //! `IdempotencyLayer`, which requires an `Idempotency-Key` and replays the first response
 //! to every retry with it (`Idempotent-Replayed: true`):
@@ -21,6 +22,19 @@
 //! curl -i -H 'Idempotency-Key: 8e03978e-40d5-43e8-bc93-6894a57f9324' \
 //!      -H 'Content-Type: application/json' -d '{"amount_cents":1250,"reference":"inv-1"}' \
 //!      http://127.0.0.1:8090/payments
+//! ```
+//!
+//! `refund_order` needs a person's approval (`approval = "required"`): a call answers `202`
+//! with its operation (a browser lands on the operation page), and nothing runs until
+//! someone approves it, on that page or with `POST /operations/{key}/approve`; then it runs
+//! once. Who decides is the `X-User` request header when sent (a stand-in for
+//! authentication), else the `by` the form or body names:
+//!
+//! ```sh
+//! curl -i -H 'Content-Type: application/json' \
+//!      -d '{"order_id":1,"amount_cents":2500,"reason":"damaged"}' http://127.0.0.1:8090/tools/refund_order
+//! curl -i -H 'Content-Type: application/json' -d '{"by":"alice"}' \
+//!      http://127.0.0.1:8090/operations/<key>/approve
 //! ```
 //!
 //! `--tenant-header` makes the `X-Tenant` request header each request's tenant: a
@@ -40,8 +54,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use tool_contracts::http::axum;
 use tool_contracts::http::{HttpTools, IdempotencyLayer, Problem, Rejection};
+use tool_contracts::mutating_tool;
 
 use axum::body::Bytes;
 use axum::http::request::Parts;
@@ -61,6 +78,36 @@ const USAGE: &str =
 
 /// The request header that names the tenant with `--tenant-header`.
 const TENANT_HEADER: &str = "x-tenant";
+
+/// The request header that names who approves or denies a refund (a stand-in for
+/// authentication); without it, the decision's `by`.
+const USER_HEADER: &str = "x-user";
+
+/// A refund of an order, approved by a person before it ran.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct OrderRefund {
+    /// The refund's id at the payment provider.
+    pub refund_id: String,
+    /// The order refunded.
+    pub order_id: u64,
+    /// Amount, in cents.
+    pub amount_cents: u64,
+    /// Why, as the customer said.
+    pub reason: String,
+}
+
+/// Refund an order. A person approves every refund before it runs: until then the call
+/// answers with its operation, awaiting approval. Safe to retry: one refund per order.
+#[mutating_tool(idempotency_key_fields = [order_id], approval = "required")]
+pub async fn refund_order(
+    order_id: u64,
+    amount_cents: u64,
+    reason: String,
+) -> Result<OrderRefund, shop::ShopError> {
+    let entry = shop::record_order_refund(order_id, amount_cents, &reason).await?;
+    serde_json::from_value(entry)
+        .map_err(|e| shop::ShopError::Ledger(format!("a refund entry does not decode: {e}")))
+}
 
 fn parse_args() -> Result<Options, String> {
     let mut args = std::env::args().skip(1);
@@ -106,8 +153,9 @@ async fn run() -> Result<(), String> {
     let options = parse_args()?;
     let ledger_path = shop::open(&options.db, options.ledger).await?;
     let registry = tool_contracts::try_registry().map_err(|e| e.to_string())?;
-    let mut tools =
-        HttpTools::new(registry.clone()).with_info("http_shop", env!("CARGO_PKG_VERSION"));
+    let mut tools = HttpTools::new(registry.clone())
+        .with_info("http_shop", env!("CARGO_PKG_VERSION"))
+        .with_approver(approver_of);
     // The plain route's guard: a 2 s lease (renewed while the handler runs), so a retry
     // after a crash learns the unknown outcome 2 s after the server died.
     let mut guard = IdempotencyLayer::new().with_lease(Duration::from_secs(2));
@@ -121,6 +169,7 @@ async fn run() -> Result<(), String> {
         .route_layer(guard);
     let app = axum::Router::new()
         .route("/", get(order_form))
+        .route("/refund", get(refund_form))
         .route("/ledger", get(ledger))
         .merge(payments)
         .merge(tools.into_router());
@@ -158,6 +207,21 @@ fn tenant_of(parts: &Parts) -> Result<Option<String>, Rejection> {
             ),
         )
             .into()),
+    }
+}
+
+/// Who decides a refund: the `X-User` header when sent (a stand-in for authentication: a
+/// real service names the person from their credentials, and refuses the agent's), else
+/// the `by` of the decision's body or form.
+fn approver_of(parts: &Parts) -> Result<Option<String>, Rejection> {
+    match parts.headers.get(USER_HEADER) {
+        Some(value) => match value.to_str() {
+            Ok(user) if !user.is_empty() => Ok(Some(user.to_owned())),
+            _ => Err(Problem::from_status(StatusCode::BAD_REQUEST)
+                .with_detail("`X-User` must be visible ASCII")
+                .into()),
+        },
+        None => Ok(None),
     }
 }
 
@@ -249,6 +313,37 @@ the cart.</p>
 </fieldset>
 <label>Note for the packer <textarea name="note"></textarea></label>
 <button type="submit">Place order</button>
+</form>
+<p><a href="refund">Refund an order</a> (a person approves each refund first).</p>
+</body>
+</html>
+"#,
+    )
+}
+
+/// `GET /refund`: a plain HTML form that posts to `refund_order`, which needs a person's
+/// approval: the browser lands on the operation page, awaiting approval, with the forms
+/// that approve or deny it.
+async fn refund_form() -> Html<&'static str> {
+    Html(
+        r#"<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>http_shop: refund an order</title>
+<style>body{font-family:system-ui,sans-serif;max-width:40rem;margin:2rem auto;padding:0 1rem}label{display:block;margin:.5rem 0}</style>
+</head>
+<body>
+<h1>Refund an order</h1>
+<p>A person approves every refund before it runs: you land on the refund's page, where it
+can be approved or denied. Approving it runs it once; the <a href="ledger">ledger</a> shows
+one refund however often the page is reloaded or the form sent.</p>
+<form method="post" action="tools/refund_order">
+<label>Order number <input name="order_id" type="number" min="0" value="1" required></label>
+<label>Amount in cents <input name="amount_cents" type="number" min="0" value="2500" required></label>
+<label>Reason <input name="reason" value="arrived damaged" required></label>
+<button type="submit">Ask for the refund</button>
 </form>
 </body>
 </html>

@@ -17,6 +17,9 @@
 //! headless Chromium driven by selenium (pinned, in a venv under `target/`) through Debian's
 //! chromedriver, both installed by `tests/http/browser_setup.sh` when missing. It fails
 //! under `CI=true` when that setup cannot be done, and otherwise skips with a loud message.
+//! It also asks for a refund that needs a person's approval, clicks Approve on the
+//! operation page and sees the refund run once (reloads and a resend: one refund);
+//! `curl.sh` approves one with `curl` while the agent retries it, and denies another.
 
 #[path = "support/scripts.rs"]
 mod scripts;

@@ -11,8 +11,9 @@
 //! Crash windows for tests, each a sleep *after* the effect and before the result is
 //! stored: `MCP_SHOP_CHARGE_DELAY_MS` (`charge_card`, which `verify` reconciles),
 //! `SHOP_REFUND_DELAY_MS` (`refund_charge`, which has no `verify`: a crash there leaves an
-//! unknown outcome), `SHOP_ORDER_DELAY_MS` (`create_order`) and `SHOP_PAYMENT_DELAY_MS`
-//! (`record_payment`, the plain `POST /payments` handler of `http_shop`).
+//! unknown outcome), `SHOP_ORDER_DELAY_MS` (`create_order`), `SHOP_PAYMENT_DELAY_MS`
+//! (`record_payment`, the plain `POST /payments` handler of `http_shop`) and
+//! `SHOP_ORDER_REFUND_DELAY_MS` (`record_order_refund`, `http_shop`'s `refund_order`).
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -251,6 +252,29 @@ pub async fn record_payment(amount_cents: u64, reference: &str) -> Result<Value,
         })
     })?;
     crash_window("SHOP_PAYMENT_DELAY_MS").await;
+    Ok(entry)
+}
+
+/// An order refunded by `http_shop`'s `refund_order` (a tool a person approves first):
+/// appended to the ledger as `{"effect": "order_refund", "refund_id", "order_id",
+/// "amount_cents", "reason", "key"}`, then the `SHOP_ORDER_REFUND_DELAY_MS` crash window.
+// Used by `http_shop` only.
+#[allow(dead_code)]
+pub async fn record_order_refund(
+    order_id: u64,
+    amount_cents: u64,
+    reason: &str,
+) -> Result<Value, ShopError> {
+    let key = tool_contracts::current_key().unwrap_or_default();
+    let refund_id = format!("or_{}", key.get(..16).unwrap_or(&key));
+    let entry = ledger()?.record(|_| {
+        json!({
+            "effect": "order_refund", "refund_id": refund_id, "order_id": order_id,
+            "amount_cents": amount_cents, "reason": reason, "key": key,
+            "pid": std::process::id(),
+        })
+    })?;
+    crash_window("SHOP_ORDER_REFUND_DELAY_MS").await;
     Ok(entry)
 }
 

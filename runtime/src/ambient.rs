@@ -153,6 +153,31 @@ pub async fn with_scope<F: Future>(scope: impl Into<String>, future: F) -> F::Ou
     SCOPE.scope(Scope { joined }, future).await
 }
 
+/// Runs `future` in exactly the scope `joined` (the nested parts as a record keeps them,
+/// [`Record::scope`](crate::store::Record)), replacing any scope around it: how a channel
+/// that continues a stored call (an approval over HTTP) makes it under the key it was asked
+/// with. `None` runs it in no scope.
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
+pub(crate) async fn with_joined_scope<F: Future>(joined: Option<&str>, future: F) -> F::Output {
+    match joined {
+        Some(joined) => {
+            let scope = Scope {
+                joined: Ok(Arc::from(joined)),
+            };
+            SCOPE.scope(scope, future).await
+        }
+        None if SCOPE.try_with(|_| ()).is_ok() => {
+            // No task-local can be unset: a scope made of no part is refused at the call,
+            // never silently replaced by the outer one.
+            let scope = Scope {
+                joined: Err("a call continued outside any scope was made inside one; continue it from a task without `with_scope`".to_owned()),
+            };
+            SCOPE.scope(scope, future).await
+        }
+        None => future.await,
+    }
+}
+
 pub(crate) fn validate_scope(part: &str) -> Result<(), String> {
     if part.is_empty() {
         return Err(

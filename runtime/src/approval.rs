@@ -428,6 +428,15 @@ pub(crate) async fn observe(
 /// arguments and where it stands. `Ok(None)` if the call never asked (or asked in another
 /// scope, or its decision expired). Reads only.
 pub async fn approval_request(key: &str) -> Result<Option<ApprovalRequest>, Error> {
+    Ok(request_with_scope(key).await?.map(|(request, _)| request))
+}
+
+/// [`approval_request`] and the scope the call was made in (the record's: the reader's,
+/// or the reader's with a client's intent key): what a channel that continues the call
+/// after approving it needs to make it under the same key.
+pub(crate) async fn request_with_scope(
+    key: &str,
+) -> Result<Option<(ApprovalRequest, Option<String>)>, Error> {
     let scope = ambient::caller_scope("approval")?;
     let store = ambient::current_store();
     let Some((_, observed)) = observe(&store, scope.as_deref(), key)
@@ -443,13 +452,14 @@ pub async fn approval_request(key: &str) -> Result<Option<ApprovalRequest>, Erro
     let arguments = serde_json::from_str::<RequestDoc>(&record.args)
         .map(|doc| doc.arguments)
         .map_err(|e| codec(key, format!("the approval request does not decode ({e})")))?;
-    Ok(Some(ApprovalRequest {
+    let request = ApprovalRequest {
         key: key.to_owned(),
         tool: tool_of(&record.tool).to_owned(),
         version: record.version,
         arguments,
         approval,
-    }))
+    };
+    Ok(Some((request, record.scope)))
 }
 
 /// Approves the call `key` (the operation id) as `by`, from Rust: its next attempt runs

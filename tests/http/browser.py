@@ -6,6 +6,12 @@ the form and submit the same values again: the same operation, and the ledger ho
 one order. Then a different cart makes a second order, so the count is not vacuous. A
 screenshot of the result page is saved as OUT/operation.png.
 
+Then approval: submit the refund form (`refund_order` needs a person's approval), land on
+the operation page awaiting approval, with the arguments and the Approve and Deny forms;
+type a name and click Approve: the page shows the refund, who approved it, when and
+through which channel; reload it, go back and send the refund form again: the same
+refund, and the ledger holds exactly one (screenshot OUT/approval.png).
+
 Usage: browser.py HTTP_SHOP_BINARY OUT_DIR   (tests/http/browser.sh sets it up and runs it)
 Prints "ok: ..." per check and ends with "browser: N passed, 0 failed"; on a failure it
 prints the server's log, saves OUT/failure.png and exits 1.
@@ -209,12 +215,83 @@ def scenario(driver, base, out):
           f"the ledger counts two orders, one per cart ({len(ledger)})")
 
 
+def order_refunds(base):
+    """The `order_refund` effects in the shop's ledger."""
+    with DIRECT.open(f"{base}/ledger", timeout=10) as response:
+        return [e for e in json.load(response) if e.get("effect") == "order_refund"]
+
+
+def text_of(driver, element_id):
+    return driver.find_element(By.ID, element_id).text
+
+
+def approval_scenario(driver, base, out):
+    driver.get(f"{base}/refund")
+    check("refund an order" in driver.title, f"the refund form at {base}/refund ({driver.title!r})")
+    for name, value in [("order_id", "42"), ("amount_cents", "1999"),
+                        ("reason", 'arrived <i>broken</i> & "late"')]:
+        field = driver.find_element(By.NAME, name)
+        field.clear()
+        field.send_keys(value)
+    driver.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
+    wait_for_path(driver, OPERATION_PATH.match, "asking for the refund")
+    operation = driver.current_url
+    state = driver.find_element(By.ID, "state").get_attribute("data-state")
+    check(state == "awaiting_approval", f"the refund lands on its operation page, awaiting approval ({state})")
+    arguments = json.loads(text_of(driver, "arguments"))
+    check(arguments == {"order_id": 42, "amount_cents": 1999, "reason": 'arrived <i>broken</i> & "late"'},
+          f"the page shows the arguments as text: {arguments}")
+    check(not driver.find_elements(By.TAG_NAME, "i"), "the reason's markup is not rendered")
+    check(driver.find_elements(By.ID, "approve") and driver.find_elements(By.ID, "deny"),
+          "the page has the Approve and Deny buttons")
+    check(order_refunds(base) == [], "no refund before the approval")
+
+    driver.find_element(By.ID, "approve-by").send_keys("Alice Example")
+    driver.find_element(By.ID, "approve").click()
+    wait_for_path(driver, lambda p: driver.current_url == operation
+                  and driver.find_element(By.ID, "state").get_attribute("data-state") != "awaiting_approval",
+                  "clicking Approve")
+    state, result = operation_page(driver)
+    check(state == "completed" and result.get("order_id") == 42 and result.get("amount_cents") == 1999,
+          f"Approve lands on the operation page showing the refund: {state} {result}")
+    decided = (text_of(driver, "decision"), text_of(driver, "decided-by"), text_of(driver, "decided-via"))
+    check(decided == ("approved", "Alice Example", "http"),
+          f"the page says who approved it and through which channel: {decided}")
+    check(text_of(driver, "decided-at") != "", "the page says when")
+    check(not driver.find_elements(By.TAG_NAME, "form"), "a decided refund has no forms")
+    check(len(order_refunds(base)) == 1, "one refund after the approval")
+
+    for i in range(1, 4):
+        driver.refresh()
+        wait_for_path(driver, OPERATION_PATH.match, f"reload {i} of the refund")
+        state, again = operation_page(driver)
+        check(driver.current_url == operation and state == "completed" and again == result,
+              f"reload {i} shows the same refund")
+    driver.get(f"{base}/refund")
+    for name, value in [("order_id", "42"), ("amount_cents", "1999"),
+                        ("reason", 'arrived <i>broken</i> & "late"')]:
+        field = driver.find_element(By.NAME, name)
+        field.clear()
+        field.send_keys(value)
+    driver.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
+    wait_for_path(driver, OPERATION_PATH.match, "sending the refund form again")
+    state, again = operation_page(driver)
+    check(driver.current_url == operation and state == "completed" and again == result,
+          "sending the refund form again lands on the same, completed refund")
+    refunds = order_refunds(base)
+    check(len(refunds) == 1 and refunds[0].get("order_id") == 42,
+          f"exactly one refund in the ledger after the approval, reloads and a resend ({len(refunds)})")
+    screenshot = f"{out}/approval.png"
+    check(driver.save_screenshot(screenshot), "screenshot of the approved refund saved")
+    print(f"   screenshot: {screenshot}", flush=True)
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit("usage: browser.py HTTP_SHOP_BINARY OUT_DIR")
     binary, out = sys.argv[1], sys.argv[2]
     os.makedirs(out, exist_ok=True)
-    for stale in ["operation.png", "failure.png"]:
+    for stale in ["operation.png", "approval.png", "failure.png"]:
         if os.path.exists(f"{out}/{stale}"):
             os.remove(f"{out}/{stale}")
     work = tempfile.mkdtemp(prefix="run-", dir=out)
@@ -227,6 +304,7 @@ def main():
         print(f"== {driver.capabilities.get('browserName')} "
               f"{driver.capabilities.get('browserVersion')} against {base}", flush=True)
         scenario(driver, base, out)
+        approval_scenario(driver, base, out)
     except Exception as e:
         print(f"FAILED: {type(e).__name__}: {e}", file=sys.stderr)
         if driver is not None:

@@ -286,6 +286,70 @@ wait "$locker" 2>/dev/null || true
 kill "$pid"
 wait "$pid" 2>/dev/null || true
 
+echo "== approval over HTTP: a refund waits for a person; approved with curl while the agent retries, it runs once"
+# refund_order has approval = "required"; its effect sleeps 1.5 s so the agent's retry
+# arrives while the approved refund runs. With --tenant-header: decisions keep the scope.
+start approval approval.db SHOP_ORDER_REFUND_DELAY_MS=1500 -- --tenant-header
+acme=(-H 'X-Tenant: acme' -H 'Content-Type: application/json')
+order_refund='{"order_id":1,"amount_cents":2500,"reason":"damaged"}'
+req POST /tools/refund_order "${acme[@]}" --data "$order_refund"
+expect 202 "a refund that needs approval"
+op="$(header location)"
+[ "$(jget state)" = awaiting_approval ] || fail "state awaiting_approval"
+[ "$(header content-location)" = "$op" ] || fail "Content-Location is the operation"
+req POST /tools/refund_order "${acme[@]}" --data "$order_refund"
+expect 202 "the agent asks again: the same request"
+[ "$(header location)" = "$op" ] || fail "the same operation"
+req GET "$op" -H 'X-Tenant: acme' "${browser[@]}"
+expect 202 "the operation page, awaiting approval"
+grep -q 'id="approve-form"' "$work/body" || fail "the page has the approve form"
+grep -q '&quot;reason&quot;: &quot;damaged&quot;' "$work/body" || fail "the page shows the arguments"
+[ "$(effects order_refund)" = 0 ] || fail "nothing ran before the approval"
+ok "no refund before the approval"
+req POST "$op/approve" -H 'X-Tenant: globex' -H 'Content-Type: application/json' --data '{"by":"mallory"}'
+problem 404 OperationNotFound "another tenant approving"
+req POST "$op/approve" "${acme[@]}" -H 'Sec-Fetch-Site: cross-site' --data '{"by":"mallory"}'
+problem 403 CrossOrigin "a cross-site approval"
+curl -sS -o "$work/approve-body" -D "$work/approve-headers" "${acme[@]}" --data '{"by":"alice"}' "$base$op/approve" &
+approving=$!
+for _ in $(seq 1 50); do [ "$(effects order_refund)" = 1 ] && break; sleep 0.1; done
+[ "$(effects order_refund)" = 1 ] || fail "the approval started the refund"
+req POST /tools/refund_order "${acme[@]}" --data "$order_refund"
+expect 303 "the agent's retry while the approved refund runs (waits, then replays)"
+[ "$(header location)" = "$op" ] && [ "$(header tool-contracts-outcome)" = replayed ] || fail "the retry replays the approved refund"
+wait "$approving"
+head -1 "$work/approve-headers" | grep -q ' 200' || fail "approve answered $(head -1 "$work/approve-headers")"
+grep -qi '^tool-contracts-outcome: executed' "$work/approve-headers" || fail "the approval ran the refund"
+[ "$(jget state "$work/approve-body")" = completed ] || fail "approve answers the completed operation"
+[ "$(jget approval.decision.by "$work/approve-body")" = alice ] && [ "$(jget approval.decision.channel "$work/approve-body")" = http ] || fail "decided by alice through http"
+ok "200 approve with curl: the refund ran"
+req GET "$op" -H 'X-Tenant: acme'
+expect 200 "the approved refund's operation"
+[ "$(jget result.refund_id)" = "$(jget result.refund_id "$work/approve-body")" ] || fail "the read and the approval agree"
+[ "$(effects order_refund)" = 1 ] || fail "one refund after the approval and the retry"
+ok "one refund in the ledger"
+req POST "$op/deny" "${acme[@]}" --data '{"by":"bob","reason":"too late"}'
+problem 409 NoPendingApproval "denying an approved refund"
+order_refund2='{"order_id":2,"amount_cents":900,"reason":"changed my mind"}'
+req POST /tools/refund_order "${acme[@]}" --data "$order_refund2"
+expect 202 "a second refund"
+op2="$(header location)"
+req POST "$op2/deny" "${acme[@]}" --data '{"by":"bob"}'
+problem 400 InvalidArguments "a denial without a reason"
+[ "$(jget field)" = reason ] || fail "the problem names reason"
+req POST "$op2/deny" -H 'X-Tenant: acme' -H 'X-User: bob' -d 'reason=the goods were kept'
+expect 200 "deny with a form, as X-User bob"
+[ "$(jget state)" = denied ] && [ "$(jget approval.decision.by)" = bob ] || fail "denied by bob"
+for i in 1 2; do
+  req POST /tools/refund_order "${acme[@]}" --data "$order_refund2"
+  problem 403 Denied "the agent's retry $i of the denied refund"
+  [ "$(jget by)" = bob ] && [ "$(jget reason)" = "the goods were kept" ] && [ "$(jget operation)" = "$op2" ] || fail "the denial names who, why and the operation"
+done
+[ "$(effects order_refund order_id 2)" = 0 ] || fail "the denied refund never ran"
+ok "no refund for the denied order"
+kill "$pid"
+wait "$pid" 2>/dev/null || true
+
 echo "== tenants (--tenant-header): another tenant reads 404"
 start tenants tenants.db -- --tenant-header
 req POST /tools/create_order -H 'Content-Type: application/json' --data "$order_json"

@@ -1,5 +1,6 @@
-//! The HTML pages a browser gets instead of JSON: an operation, and a problem. No script,
-//! no external resource, and everything shown escaped: results and messages are user data.
+//! The HTML pages a browser gets instead of JSON: an operation (with the forms that decide
+//! a call awaiting approval), and a problem. No script, no external resource, and
+//! everything shown escaped: results, arguments, names and reasons are user data.
 
 use core::fmt::Write as _;
 
@@ -35,7 +36,9 @@ h1 code{display:block;font-size:.6em;overflow-wrap:anywhere}\
 #state{padding:.6rem .8rem;border-left:.3rem solid #888;background:#f6f6f6}\
 #state[data-state=completed]{border-color:#2e7d32;background:#edf7ee}\
 #state[data-state=in_progress]{border-color:#1565c0;background:#e8f0fb}\
-#state[data-state=failed],#state[data-state=unknown]{border-color:#c62828;background:#fbeaea}\
+#state[data-state=failed],#state[data-state=unknown],#state[data-state=denied]{border-color:#c62828;background:#fbeaea}\
+#state[data-state=awaiting_approval],#state[data-state=approved]{border-color:#ef6c00;background:#fff3e0}\
+form{margin:.8rem 0;padding:.6rem .8rem;border:1px solid #ddd}label{display:block;margin:.3rem 0}textarea{width:100%;min-height:3rem}\
 dl{display:grid;grid-template-columns:max-content 1fr;gap:.2rem 1rem}dt{font-weight:bold}dd{margin:0}\
 pre{background:#f4f4f4;padding:.75rem;overflow:auto}table{border-collapse:collapse}td,th{padding:.2rem .6rem;text-align:left}";
 
@@ -70,7 +73,7 @@ fn state_sentence(state: OperationState) -> &'static str {
             "The task failed and was undone as far as it could be: the steps marked below could not be undone (no undo, a failed undo, or an unknown outcome). An operator must finish the job."
         }
         OperationState::AwaitingApproval => {
-            "Waiting for a person's approval. Nothing has run yet: once someone approves it, the call runs once when it is sent again."
+            "Waiting for a person's approval. Nothing has run yet: approving it runs the call, once; denying it means every retry of it gets the denial."
         }
         OperationState::Approved => {
             "Approved. Nothing has run yet: sending the same request again runs it, once."
@@ -81,8 +84,128 @@ fn state_sentence(state: OperationState) -> &'static str {
     }
 }
 
-/// The operation page; `refresh` while the call runs.
-pub(super) fn operation_page(op: &Operation, refresh: Option<u64>) -> String {
+/// Who may decide a call awaiting approval from this page (`decide.rs` asks the router's
+/// approver function about the reader).
+pub(super) enum Who {
+    /// The router takes no decisions over HTTP: the page says how to decide instead.
+    Disabled,
+    /// The approver function refuses this reader: no forms.
+    Refused,
+    /// The approver function names the reader: forms without a name field.
+    Named(String),
+    /// The body names who decides: forms with a name field.
+    Ask,
+}
+
+/// What the page of an operation awaiting approval shows to decide it.
+pub(super) struct Asking {
+    /// The call's arguments, as its request stored them.
+    pub(super) arguments: Value,
+    /// Where the approve form posts.
+    pub(super) approve: String,
+    /// Where the deny form posts.
+    pub(super) deny: String,
+    /// Who decides.
+    pub(super) who: Who,
+    /// The longest reason accepted.
+    pub(super) max_reason: usize,
+}
+
+/// The approval section: where it stands and, once decided, who decided, when, through
+/// which channel and why; then, while it waits, the arguments and the forms.
+fn approval_section(body: &mut String, op: &Operation, doc: &Value, asking: Option<&Asking>) {
+    let Some(approval) = doc.get("approval") else {
+        return;
+    };
+    let text = |value: Option<&Value>| match value {
+        Some(Value::String(s)) => escape(s),
+        Some(Value::Null) | None => String::new(),
+        Some(other) => escape(&other.to_string()),
+    };
+    body.push_str("<h2>Approval</h2>\n<dl id=\"approval\">\n");
+    let mut row = |name: &str, id: &str, value: String| {
+        let _ = writeln!(body, "<dt>{name}</dt><dd id=\"{id}\">{value}</dd>");
+    };
+    row("approval", "approval-state", text(approval.get("state")));
+    row(
+        "requested at",
+        "approval-requested-at",
+        format!("<time>{}</time>", text(approval.get("requested_at"))),
+    );
+    if let Some(decision) = approval.get("decision") {
+        row("decision", "decision", text(decision.get("verdict")));
+        row("by", "decided-by", text(decision.get("by")));
+        row(
+            "at",
+            "decided-at",
+            format!("<time>{}</time>", text(decision.get("at"))),
+        );
+        row("through", "decided-via", text(decision.get("channel")));
+        if decision.get("reason").is_some() {
+            row("reason", "decision-reason", text(decision.get("reason")));
+        }
+    } else {
+        row(
+            "expires at",
+            "approval-expires-at",
+            format!("<time>{}</time>", text(approval.get("expires_at"))),
+        );
+    }
+    body.push_str("</dl>\n");
+    let (Some(asking), OperationState::AwaitingApproval) = (asking, op.state) else {
+        return;
+    };
+    let _ = writeln!(
+        body,
+        "<h3>Arguments</h3>\n<pre id=\"arguments\">{}</pre>",
+        escape(&pretty(&asking.arguments))
+    );
+    let name_field = |id: &str| {
+        match &asking.who {
+        Who::Ask => format!("<label>Your name <input id=\"{id}\" name=\"by\" required maxlength=\"256\" autocomplete=\"name\"></label>\n"),
+        _ => String::new(),
+    }
+    };
+    match &asking.who {
+        Who::Disabled => {
+            let _ = writeln!(
+                body,
+                "<p id=\"decide\">This server does not take decisions over HTTP: decide with <code>tool-contracts approve {0}</code> or <code>tool-contracts deny {0}</code>.</p>",
+                escape(&op.key)
+            );
+            return;
+        }
+        Who::Refused => {
+            body.push_str("<p id=\"decide\">You may not decide this request here.</p>\n");
+            return;
+        }
+        Who::Named(name) => {
+            let _ = writeln!(
+                body,
+                "<p id=\"decide\">Deciding as <strong>{}</strong>.</p>",
+                escape(name)
+            );
+        }
+        Who::Ask => {}
+    }
+    let _ = write!(
+        body,
+        "<form method=\"post\" action=\"{approve}\" id=\"approve-form\">\n{approve_name}<button type=\"submit\" id=\"approve\">Approve</button>\n</form>\n\
+<form method=\"post\" action=\"{deny}\" id=\"deny-form\">\n{deny_name}<label>Reason <textarea id=\"deny-reason\" name=\"reason\" required maxlength=\"{max}\"></textarea></label>\n<button type=\"submit\" id=\"deny\">Deny</button>\n</form>\n",
+        approve = escape(&asking.approve),
+        deny = escape(&asking.deny),
+        approve_name = name_field("approve-by"),
+        deny_name = name_field("deny-by"),
+        max = asking.max_reason,
+    );
+}
+
+/// The operation page; `refresh` while the call runs; `asking` while it awaits approval.
+pub(super) fn operation_page(
+    op: &Operation,
+    refresh: Option<u64>,
+    asking: Option<&Asking>,
+) -> String {
     let mut body = String::new();
     let _ = writeln!(
         body,
@@ -109,6 +232,7 @@ pub(super) fn operation_page(op: &Operation, refresh: Option<u64>) -> String {
         row("lease remaining", format!("{} ms", lease.as_millis()));
     }
     body.push_str("</dl>\n");
+    approval_section(&mut body, op, &times, asking);
     if let Some(result) = &op.result {
         let _ = writeln!(
             body,

@@ -17,8 +17,9 @@
 //!
 //! | route | answers |
 //! |---|---|
-//! | `POST /tools/{name}` | runs the tool (JSON or form body) through the same engine as a Rust or MCP call: `303 See Other` to `Location: {prefix}/operations/{key}`, the same for an execution and a replay; `200` with the result and `Content-Location` for `Prefer: return=representation`; `200` with the result for a read-only tool |
-//! | `GET /operations/{key}` | the operation document: `200` completed, `202` + `Retry-After` in progress, `422` failed (a stored error), `500` unknown outcome, `404` unknown or another tenant's; HTML for `Accept: text/html`, JSON otherwise; `?history=true` adds the history |
+//! | `POST /tools/{name}` | runs the tool (JSON or form body) through the same engine as a Rust or MCP call: `303 See Other` to `Location: {prefix}/operations/{key}`, the same for an execution and a replay; `200` with the result and `Content-Location` for `Prefer: return=representation`; `200` with the result for a read-only tool; a call awaiting approval: `202 Accepted` with the operation (a browser: `303` to its page), a denied one `403` |
+//! | `GET /operations/{key}` | the operation document: `200` completed, `202` + `Retry-After` in progress, `202` awaiting approval or approved, `403` denied, `422` failed (a stored error), `500` unknown outcome, `404` unknown or another tenant's; HTML for `Accept: text/html` (with the approval's forms), JSON otherwise; `?history=true` adds the history |
+//! | `POST /operations/{key}/approve`, `/deny` | a person's decision (JSON or form: `by`, `reason`), with [`HttpTools::with_approver`]; an approval continues the call at once, once; `200` with the operation (a browser: `303` to its page), `409` when nothing is pending |
 //! | `GET /tools` | the tool list ([`Registry::to_json`]) |
 //! | `GET /openapi.json` | an OpenAPI 3.1 document of these routes |
 //!
@@ -31,7 +32,8 @@
 //! for a key reused with another request.
 //!
 //! The module is split by concern: this file holds the router, its builder and the
-//! handlers; `headers.rs` what is read from request headers (`Idempotency-Key`, `Prefer`,
+//! handlers; `decide.rs` the approval routes and the answers to calls that await or were
+//! denied a decision; `headers.rs` what is read from request headers (`Idempotency-Key`, `Prefer`,
 //! `Accept`, `Content-Type`, cross-origin requests); `forms.rs` form bodies as JSON
 //! arguments; `problem.rs` errors as problem details; `html.rs` the pages; `openapi.rs`
 //! the OpenAPI document; `layer.rs` the `IdempotencyLayer`.
@@ -55,6 +57,9 @@ use crate::operation::{Operation, OperationState};
 use crate::registry::{Registry, ToolDescriptor, ToolOutput};
 use crate::store::Store;
 
+mod decide;
+#[cfg(test)]
+mod decide_tests;
 mod forms;
 mod headers;
 mod html;
@@ -66,6 +71,7 @@ mod problem;
 #[cfg(test)]
 mod tests;
 
+pub use decide::ApproverFn;
 pub use headers::IDEMPOTENCY_KEY;
 pub use layer::{
     IdempotencyLayer, IdempotencyService, DEFAULT_IDEMPOTENCY_LEASE, DEFAULT_IDEMPOTENCY_TTL,
@@ -124,6 +130,7 @@ pub struct HttpTools {
     registry: Registry,
     store: Option<Arc<dyn Store>>,
     tenant: Option<Arc<TenantFn>>,
+    approver: Option<Arc<ApproverFn>>,
     max_body_bytes: usize,
     trusted_origins: Vec<String>,
     base_path: Option<String>,
@@ -137,6 +144,7 @@ impl core::fmt::Debug for HttpTools {
             .field("tools", &self.registry)
             .field("store", &self.store.as_ref().map(|_| "custom"))
             .field("tenant", &self.tenant.as_ref().map(|_| "fn"))
+            .field("approver", &self.approver.as_ref().map(|_| "fn"))
             .field("max_body_bytes", &self.max_body_bytes)
             .field("trusted_origins", &self.trusted_origins)
             .field("base_path", &self.base_path)
@@ -164,6 +172,7 @@ impl HttpTools {
             registry,
             store: None,
             tenant: None,
+            approver: None,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             trusted_origins: Vec::new(),
             base_path: None,
@@ -186,8 +195,8 @@ impl HttpTools {
     /// like a key never used (docs/security.md, "Reading operations"). `Err(rejection)`
     /// refuses the request with the [`Rejection`]'s response; nothing runs.
     ///
-    /// It runs for `POST /tools/{name}` and `GET /operations/{key}`, not for `/tools` and
-    /// `/openapi.json`. A scope that is empty or has control characters is a `500`
+    /// It runs for `POST /tools/{name}`, `GET /operations/{key}` and the decisions
+    /// (`POST /operations/{key}/approve`, `/deny`), not for `/tools` and `/openapi.json`. A scope that is empty or has control characters is a `500`
     /// ([`ProblemType::Misconfigured`]).
     ///
     /// ```
@@ -210,6 +219,43 @@ impl HttpTools {
         F: Fn(&Parts) -> Result<Option<String>, Rejection> + Send + Sync + 'static,
     {
         self.tenant = Some(Arc::new(tenant));
+        self
+    }
+
+    /// Takes decisions on calls awaiting approval over HTTP (`POST /operations/{key}/approve`
+    /// and `/deny`, and the forms of the operation page), and says who decides: `approver`
+    /// reads the request (in practice its authentication, as [`with_tenant`](Self::with_tenant)
+    /// does) and returns `Ok(Some(name))` to decide as `name`, `Ok(None)` to take the
+    /// body's `by`, or `Err(rejection)` to refuse (a `403` for an agent's credentials: an
+    /// agent that may call a tool must not approve its own call).
+    ///
+    /// Off by default: without it the two routes answer `403`
+    /// ([`ProblemType::DecisionsDisabled`]), because an agent that can post to
+    /// `/tools/{name}` could otherwise post its own approval. Decisions keep the request's
+    /// tenant scope (another tenant's operation is `404`) and refuse cross-origin browser
+    /// posts, like calls. docs/http.md, "Approval over HTTP".
+    ///
+    /// ```
+    /// # use tool_contracts_runtime as tool_contracts;
+    /// use tool_contracts::http::axum::http::StatusCode;
+    /// use tool_contracts::http::{HttpTools, Problem};
+    ///
+    /// #[derive(Clone)]
+    /// struct Account { name: String, may_approve: bool } // put there by your auth layer
+    ///
+    /// let tools = HttpTools::new(tool_contracts::registry().clone()).with_approver(|parts| {
+    ///     match parts.extensions.get::<Account>() {
+    ///         Some(account) if account.may_approve => Ok(Some(account.name.clone())),
+    ///         Some(_) => Err(Problem::from_status(StatusCode::FORBIDDEN).into()),
+    ///         None => Err(Problem::from_status(StatusCode::UNAUTHORIZED).into()),
+    ///     }
+    /// });
+    /// ```
+    pub fn with_approver<F>(mut self, approver: F) -> Self
+    where
+        F: Fn(&Parts) -> Result<Option<String>, Rejection> + Send + Sync + 'static,
+    {
+        self.approver = Some(Arc::new(approver));
         self
     }
 
@@ -258,8 +304,9 @@ impl HttpTools {
         &self.registry
     }
 
-    /// The router: `POST /tools/{name}`, `GET /operations/{key}`, `GET /tools`,
-    /// `GET /openapi.json`, for any state type `S` of the application it is nested in or
+    /// The router: `POST /tools/{name}`, `GET /operations/{key}`,
+    /// `POST /operations/{key}/approve` and `/deny`, `GET /tools`, `GET /openapi.json`, for
+    /// any state type `S` of the application it is nested in or
     /// merged with.
     pub fn into_router<S: Clone + Send + Sync + 'static>(self) -> axum::Router<S> {
         let limit = self.max_body_bytes;
@@ -267,6 +314,8 @@ impl HttpTools {
             .route("/tools", get(list_tools))
             .route("/tools/{name}", post(call_tool))
             .route("/operations/{key}", get(read_operation))
+            .route("/operations/{key}/approve", post(decide::approve))
+            .route("/operations/{key}/deny", post(decide::deny))
             .route("/openapi.json", get(openapi_document))
             .method_not_allowed_fallback(method_not_allowed)
             .layer(DefaultBodyLimit::max(limit))
@@ -371,12 +420,23 @@ async fn call_tool(
     };
     let prefix = tools.prefix(&original, "/tools/");
     let call = tools.registry.call(&name, args);
-    match tools.in_context(tenant, client_key.as_deref(), call).await {
+    match tools
+        .in_context(tenant.clone(), client_key.as_deref(), call)
+        .await
+    {
         Ok(output) => answer(
             output,
             &prefix,
             headers::prefers_representation(&parts.headers),
         ),
+        Err(e @ Error::AwaitingApproval { .. }) => {
+            let key = e.key().unwrap_or_default().to_owned();
+            decide::awaiting(&tools, tenant, &e, &key, &prefix, html).await
+        }
+        Err(e @ Error::Denied { .. }) => {
+            let key = e.key().unwrap_or_default().to_owned();
+            decide::denied(&tools, tenant, &e, &key, &prefix, html).await
+        }
         Err(e) => {
             tracing::debug!(tool = %name, code = e.code(), key = ?e.key(), "tool-contracts: HTTP call answered with a problem");
             let operation = operation_link(tool, &e, &prefix);
@@ -475,11 +535,16 @@ fn answer(output: ToolOutput, prefix: &str, representation: bool) -> Response {
 }
 
 /// Where a failed call's operation can be read, when there is one to read: a call still
-/// running, one whose outcome is unknown, the first call of a reused key, and a stored
-/// error (`cache_errors`). A released failure leaves nothing behind.
+/// running, one whose outcome is unknown, the first call of a reused key, a stored error
+/// (`cache_errors`), and a call awaiting or denied approval. A released failure leaves
+/// nothing behind.
 fn operation_link(tool: &ToolDescriptor, error: &Error, prefix: &str) -> Option<String> {
     let readable = match error {
-        Error::InProgress { .. } | Error::OutcomeUnknown { .. } | Error::KeyReused { .. } => true,
+        Error::InProgress { .. }
+        | Error::OutcomeUnknown { .. }
+        | Error::KeyReused { .. }
+        | Error::AwaitingApproval { .. }
+        | Error::Denied { .. } => true,
         Error::ToolFailed { .. } => tool.cache_errors(),
         _ => false,
     };
@@ -510,6 +575,7 @@ pub(crate) fn encode_segment(text: &str) -> String {
 /// `GET /operations/{key}`.
 async fn read_operation(
     State(tools): Tools,
+    OriginalUri(original): OriginalUri,
     key: Result<Path<String>, PathRejection>,
     parts: Parts,
 ) -> Response {
@@ -532,8 +598,13 @@ async fn read_operation(
             false => crate::operation(&key).await,
         }
     };
-    match tools.in_context(tenant, None, read).await {
-        Ok(Some(op)) => with_vary(operation_response(&op, html)),
+    match tools.in_context(tenant.clone(), None, read).await {
+        Ok(Some(op)) if html && op.state == OperationState::AwaitingApproval => {
+            let prefix = tools.prefix(&original, "/operations/");
+            let asking = decide::asking(&tools, tenant, &parts, &key, &prefix).await;
+            with_vary(operation_response(&op, html, asking.as_ref()))
+        }
+        Ok(Some(op)) => with_vary(operation_response(&op, html, None)),
         Ok(None) => refuse(not_found(&key)),
         Err(e) => refuse(Problem::from_error(&e, None)),
     }
@@ -567,13 +638,13 @@ fn operation_status(state: OperationState) -> StatusCode {
     }
 }
 
-fn operation_response(op: &Operation, html: bool) -> Response {
+fn operation_response(op: &Operation, html: bool, asking: Option<&html::Asking>) -> Response {
     let status = operation_status(op.state);
     let retry_after = op.lease_remaining.map(|lease| {
         problem::retry_after_secs(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX))
     });
     let mut response = if html {
-        html_response(status, html::operation_page(op, retry_after))
+        html_response(status, html::operation_page(op, retry_after, asking))
     } else {
         match serde_json::to_value(op) {
             Ok(doc) => json_response(status, &doc),

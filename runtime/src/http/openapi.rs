@@ -15,7 +15,9 @@ use serde_json::{json, Map, Value};
 use super::encode_segment;
 use super::headers::{ACCEPTED_BODIES, IDEMPOTENCY_KEY_FIELD};
 use super::problem::{ProblemType, PROBLEM_JSON};
+use crate::approval::Verdict;
 use crate::registry::{Registry, ToolDescriptor};
+use crate::spec::ApprovalRule;
 
 /// [`OUTCOME_HEADER`](super::OUTCOME_HEADER) as the document names it.
 const OUTCOME_NAME: &str = "Tool-Contracts-Outcome";
@@ -36,6 +38,14 @@ pub(super) fn document(registry: &Registry, title: &str, version: &str, server: 
         );
     }
     paths.insert("/operations/{key}".to_owned(), operation_path());
+    paths.insert(
+        "/operations/{key}/approve".to_owned(),
+        decision_path(Verdict::Approved),
+    );
+    paths.insert(
+        "/operations/{key}/deny".to_owned(),
+        decision_path(Verdict::Denied),
+    );
     paths.insert(
         "/tools".to_owned(),
         json!({"get": {
@@ -68,7 +78,7 @@ pub(super) fn document(registry: &Registry, title: &str, version: &str, server: 
         "info": {
             "title": title,
             "version": version,
-            "description": "Tools served with Post/Redirect/Get: `POST /tools/{name}` runs a tool once per intent and answers `303 See Other` to its operation, which `GET /operations/{key}` reads as often as needed without running anything again. Errors are RFC 9457 problem details."
+            "description": "Tools served with Post/Redirect/Get: `POST /tools/{name}` runs a tool once per intent and answers `303 See Other` to its operation, which `GET /operations/{key}` reads as often as needed without running anything again. A call that needs a person's approval answers `202 Accepted` with its operation, and runs once when someone approves it (`POST /operations/{key}/approve`). Errors are RFC 9457 problem details."
         },
         "servers": [{"url": server}],
         "paths": paths,
@@ -151,6 +161,17 @@ fn tool_operation(tool: &ToolDescriptor, components: &mut Components) -> Value {
             "500": problem("500")
         })
     };
+    let mut responses = responses;
+    if tool.is_mutating() && tool.approval() != ApprovalRule::Never {
+        responses["202"] = json!({
+            "description": "The call needs a person's approval (`x-idempotency.approval`) and has none yet: nothing ran. The body is its operation (`state: awaiting_approval`); it runs once when someone approves it (`POST {Location}/approve`), and a retry of the same call then replays its result. A browser gets `303 See Other` to the operation page instead, where the decision is made. A denied call is `403` (`denied`).",
+            "headers": {
+                "Location": {"description": "The operation: `{prefix}/operations/{key}`.", "schema": {"type": "string"}},
+                "Content-Location": {"description": "The same: the body is its representation.", "schema": {"type": "string"}}
+            },
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Operation"}}}
+        });
+    }
     operation["responses"] = responses;
     operation
 }
@@ -184,8 +205,8 @@ fn operation_path() -> Value {
             }
         })
     };
-    let mut accepted = document("In progress: read again after `Retry-After`.");
-    accepted["headers"] = json!({"Retry-After": {"description": "Seconds until the running call's lease ends.", "schema": {"type": "integer", "minimum": 1}}});
+    let mut accepted = document("In progress: read again after `Retry-After`. Or `awaiting_approval` (a person must decide: `POST …/approve` or `…/deny`), or `approved` and not run yet (its agent's retry runs it).");
+    accepted["headers"] = json!({"Retry-After": {"description": "In progress: seconds until the running call's lease ends.", "schema": {"type": "integer", "minimum": 1}}});
     let mut unknown = document(
         "The outcome is unknown (`state: unknown`: the call stopped midway; its effect may or may not have happened), or the stored value does not decode (a problem).",
     );
@@ -201,10 +222,72 @@ fn operation_path() -> Value {
         "responses": {
             "200": document("Completed: `result` is the stored result."),
             "202": accepted,
+            "403": document("Denied (`state: denied`): `approval.decision` says who denied it, when, through which channel and why. Nothing ran; a retry of the call gets the denial."),
             "404": {"$ref": "#/components/responses/Problem404"},
             "422": document("Failed: `error` is the tool's stored error (`cache_errors`)."),
             "500": unknown,
             "503": {"$ref": "#/components/responses/Problem503"}
+        }
+    }})
+}
+
+/// `POST /operations/{key}/approve` or `/deny`.
+fn decision_path(verdict: Verdict) -> Value {
+    let (id, summary, description, reason) = match verdict {
+        Verdict::Approved => (
+            "approveOperation",
+            "Approve a call awaiting approval: it runs, once",
+            "Stores the approval (the first decision wins; the same one again answers it), then continues the call at once with the arguments its request stored, under its own key: it runs once, however many retries of it arrive meanwhile (a tool with `payloadMismatch: replay`, or one this server does not serve, is left to its agent's retry). Needs `HttpTools::with_approver` on the server; keeps the caller's tenant scope.",
+            "Optional: why.",
+        ),
+        Verdict::Denied => (
+            "denyOperation",
+            "Deny a call awaiting approval: it never runs",
+            "Stores the denial (the first decision wins): nothing runs, and every retry of the call gets `403` `denied` until the decision expires (the tool's `ttl`). Needs `HttpTools::with_approver` on the server; keeps the caller's tenant scope.",
+            "Required: what the agent and its user are told.",
+        ),
+    };
+    let body = json!({
+        "type": "object",
+        "properties": {
+            "by": {"type": "string", "minLength": 1, "maxLength": 256, "description": "Who decides, when the server's approver function does not name them from the request's authentication (then `by` is ignored)."},
+            "reason": {"type": "string", "maxLength": 1024, "description": reason}
+        },
+        "additionalProperties": false
+    });
+    let problem = |status: &str| json!({"$ref": format!("#/components/responses/Problem{status}")});
+    json!({"post": {
+        "operationId": id,
+        "summary": summary,
+        "description": description,
+        "parameters": [{"$ref": "#/components/parameters/OperationKey"}],
+        "requestBody": {
+            "required": false,
+            "content": {
+                "application/json": {"schema": body.clone()},
+                "application/x-www-form-urlencoded": {"schema": body}
+            }
+        },
+        "responses": {
+            "200": {
+                "description": "Decided (now, or earlier the same way): the operation as it stands after the decision (`completed` with the result when the approved call ran, `denied`, …). A browser gets `303 See Other` to the operation page instead.",
+                "headers": {
+                    "Content-Location": {"description": "The operation.", "schema": {"type": "string"}},
+                    OUTCOME_NAME: {"description": "After an approval that ran the call: how it came by its result.", "schema": {"type": "string", "enum": ["executed", "replayed", "reconciled"]}}
+                },
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Operation"}}}
+            },
+            "303": {
+                "description": "A browser: the operation page.",
+                "headers": {"Location": {"schema": {"type": "string"}}}
+            },
+            "400": problem("400"),
+            "403": problem("403"),
+            "404": problem("404"),
+            "409": problem("409"),
+            "415": problem("415"),
+            "500": problem("500"),
+            "503": problem("503")
         }
     }})
 }
@@ -289,13 +372,37 @@ fn operation_schema() -> Value {
             "key": {"type": "string"},
             "tool": {"type": "string"},
             "version": {"type": ["integer", "null"], "minimum": 0},
-            "state": {"type": "string", "enum": ["in_progress", "completed", "failed", "unknown"]},
+            "state": {"type": "string", "enum": [
+                "in_progress", "completed", "failed", "unknown", "compensating", "compensated",
+                "needs_intervention", "awaiting_approval", "approved", "denied"
+            ]},
             "result": {"description": "The stored result, exactly what a replay returns (when `completed`)."},
             "error": {"description": "The stored error (when `failed`)."},
             "created_at": time,
             "updated_at": time,
             "expires_at": time,
             "lease_remaining_ms": {"type": "integer", "minimum": 0},
+            "approval": {
+                "type": "object",
+                "description": "For a call that asked for a person's approval: where it stands and, once decided, the decision.",
+                "properties": {
+                    "state": {"type": "string", "enum": ["pending", "approved", "denied", "expired"]},
+                    "requested_at": time,
+                    "expires_at": time,
+                    "decision": {
+                        "type": "object",
+                        "properties": {
+                            "verdict": {"type": "string", "enum": ["approved", "denied"]},
+                            "by": {"type": "string"},
+                            "channel": {"type": "string", "description": "`http`, `cli`, `rust`, `mcp-elicitation`, or a channel of the application's own."},
+                            "at": time,
+                            "reason": {"type": "string"}
+                        },
+                        "required": ["verdict", "by", "channel", "at"]
+                    }
+                },
+                "required": ["state", "requested_at", "expires_at"]
+            },
             "history": {"type": "array", "items": {
                 "type": "object",
                 "properties": {
@@ -329,7 +436,11 @@ fn problem_schema() -> Value {
             "params": {"type": "array", "items": {"type": "string"}},
             "key_fields": {"type": "array", "items": {"type": "string"}},
             "suggestion": {"type": "string"},
-            "lease_remaining_ms": {"type": "integer", "minimum": 0}
+            "lease_remaining_ms": {"type": "integer", "minimum": 0},
+            "by": {"type": "string", "description": "Who denied the call (`denied`)."},
+            "channel": {"type": "string", "description": "Through which channel it was denied."},
+            "decided_at": {"type": "string", "format": "date-time"},
+            "reason": {"type": "string", "description": "Why it was denied."}
         },
         "required": ["type", "status", "title"]
     })

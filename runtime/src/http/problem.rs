@@ -63,14 +63,21 @@ pub enum ProblemType {
     ToolFailed,
     /// `403`: the call needs a person's approval and none was given yet; nothing ran.
     /// Member `operation`: the operation page, where it can be approved
-    /// (`POST {operation}/approve`); retry the same call after that and it runs once.
+    /// (`POST {operation}/approve`). The tools router does not answer a call with it (a
+    /// call awaiting approval is `202 Accepted` with its operation, docs/http.md
+    /// "Approval over HTTP"); it is the problem [`Problem::from_error`] makes of
+    /// [`Error::AwaitingApproval`] for routes of your own.
     AwaitingApproval,
     /// `403`: a person denied this intent; nothing ran, and retries get this denial until
-    /// it expires. Members `by` and `reason`.
+    /// it expires. Members `by` (who denied), `channel` (through which: `http`, `cli`,
+    /// `rust`, …), `decided_at`, `reason` and `operation`.
     Denied,
     /// `409`: a decision was sent for an operation that is not waiting for one (never
-    /// asked, expired, or already decided the other way).
+    /// asked, expired unanswered, or already decided the other way). Member `operation`.
     NoPendingApproval,
+    /// `403`: `POST /operations/{key}/approve` or `/deny` on a router that does not take
+    /// decisions over HTTP (no `HttpTools::with_approver`); nothing was decided.
+    DecisionsDisabled,
     /// `500`: an earlier call with this key stopped mid-call (its worker died): the effect
     /// may or may not have happened, and nothing runs again until an operator resolves
     /// the key. Never a success.
@@ -94,9 +101,10 @@ impl ProblemType {
     pub fn status(self) -> StatusCode {
         match self {
             ProblemType::InvalidArguments => StatusCode::BAD_REQUEST,
-            ProblemType::CrossOrigin | ProblemType::AwaitingApproval | ProblemType::Denied => {
-                StatusCode::FORBIDDEN
-            }
+            ProblemType::CrossOrigin
+            | ProblemType::AwaitingApproval
+            | ProblemType::Denied
+            | ProblemType::DecisionsDisabled => StatusCode::FORBIDDEN,
             ProblemType::NoPendingApproval => StatusCode::CONFLICT,
             ProblemType::UnknownTool | ProblemType::OperationNotFound => StatusCode::NOT_FOUND,
             ProblemType::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
@@ -128,6 +136,7 @@ impl ProblemType {
             ProblemType::AwaitingApproval => "awaiting_approval",
             ProblemType::Denied => "denied",
             ProblemType::NoPendingApproval => "no_pending_approval",
+            ProblemType::DecisionsDisabled => "decisions_disabled",
             ProblemType::OutcomeUnknown => "outcome_unknown",
             ProblemType::Codec => "codec",
             ProblemType::Misconfigured => "misconfigured",
@@ -152,6 +161,7 @@ impl ProblemType {
             ProblemType::AwaitingApproval => "Awaiting approval",
             ProblemType::Denied => "Denied",
             ProblemType::NoPendingApproval => "No approval pending",
+            ProblemType::DecisionsDisabled => "Decisions over HTTP are off",
             ProblemType::OutcomeUnknown => "Outcome unknown",
             ProblemType::Codec => "Stored value does not decode",
             ProblemType::Misconfigured => "Server misconfigured",
@@ -176,6 +186,7 @@ impl ProblemType {
             ProblemType::AwaitingApproval => "AwaitingApproval",
             ProblemType::Denied => "Denied",
             ProblemType::NoPendingApproval => "NoPendingApproval",
+            ProblemType::DecisionsDisabled => "DecisionsDisabled",
             ProblemType::OutcomeUnknown => "OutcomeUnknown",
             ProblemType::Codec => "Codec",
             ProblemType::Misconfigured => "Misconfigured",
@@ -186,7 +197,7 @@ impl ProblemType {
     }
 
     /// Every type, for tables and tests.
-    pub const ALL: [ProblemType; 18] = [
+    pub const ALL: [ProblemType; 19] = [
         ProblemType::InvalidArguments,
         ProblemType::CrossOrigin,
         ProblemType::UnknownTool,
@@ -200,6 +211,7 @@ impl ProblemType {
         ProblemType::AwaitingApproval,
         ProblemType::Denied,
         ProblemType::NoPendingApproval,
+        ProblemType::DecisionsDisabled,
         ProblemType::OutcomeUnknown,
         ProblemType::Codec,
         ProblemType::Misconfigured,
@@ -294,7 +306,8 @@ impl Problem {
 
     /// The problem of an [`Error`]: its [`ProblemType`], its message as `detail`, and the
     /// members that say which call (`code`, `tool`, `key`), what was wrong (`field`,
-    /// `params`, `key_fields`, `suggestion`, `lease_remaining_ms`) and, with `operation`,
+    /// `params`, `key_fields`, `suggestion`, `lease_remaining_ms`, a denial's `by` and
+    /// `reason`) and, with `operation`,
     /// where the call's operation can be read; `Retry-After` for a call in progress.
     pub fn from_error(error: &Error, operation: Option<String>) -> Problem {
         let mut problem = Problem::new(ProblemType::of(error), error.to_string());
@@ -325,6 +338,12 @@ impl Problem {
             Error::InProgress {
                 lease_remaining_ms, ..
             } => put("lease_remaining_ms", (*lease_remaining_ms).into()),
+            Error::Denied { by, reason, .. } => {
+                put("by", by.as_str().into());
+                if let Some(reason) = reason {
+                    put("reason", reason.as_str().into());
+                }
+            }
             _ => {}
         }
         if let Some(operation) = operation {
