@@ -54,11 +54,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 use tool_contracts::http::axum;
 use tool_contracts::http::{HttpTools, IdempotencyLayer, Problem, Rejection};
-use tool_contracts::mutating_tool;
 
 use axum::body::Bytes;
 use axum::http::request::Parts;
@@ -82,32 +79,6 @@ const TENANT_HEADER: &str = "x-tenant";
 /// The request header that names who approves or denies a refund (a stand-in for
 /// authentication); without it, the decision's `by`.
 const USER_HEADER: &str = "x-user";
-
-/// A refund of an order, approved by a person before it ran.
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct OrderRefund {
-    /// The refund's id at the payment provider.
-    pub refund_id: String,
-    /// The order refunded.
-    pub order_id: u64,
-    /// Amount, in cents.
-    pub amount_cents: u64,
-    /// Why, as the customer said.
-    pub reason: String,
-}
-
-/// Refund an order. A person approves every refund before it runs: until then the call
-/// answers with its operation, awaiting approval. Safe to retry: one refund per order.
-#[mutating_tool(idempotency_key_fields = [order_id], approval = "required")]
-pub async fn refund_order(
-    order_id: u64,
-    amount_cents: u64,
-    reason: String,
-) -> Result<OrderRefund, shop::ShopError> {
-    let entry = shop::record_order_refund(order_id, amount_cents, &reason).await?;
-    serde_json::from_value(entry)
-        .map_err(|e| shop::ShopError::Ledger(format!("a refund entry does not decode: {e}")))
-}
 
 fn parse_args() -> Result<Options, String> {
     let mut args = std::env::args().skip(1);

@@ -258,8 +258,6 @@ pub async fn record_payment(amount_cents: u64, reference: &str) -> Result<Value,
 /// An order refunded by `http_shop`'s `refund_order` (a tool a person approves first):
 /// appended to the ledger as `{"effect": "order_refund", "refund_id", "order_id",
 /// "amount_cents", "reason", "key"}`, then the `SHOP_ORDER_REFUND_DELAY_MS` crash window.
-// Used by `http_shop` only.
-#[allow(dead_code)]
 pub async fn record_order_refund(
     order_id: u64,
     amount_cents: u64,
@@ -393,20 +391,22 @@ pub struct OrderRefund {
     pub order_id: u64,
     /// Amount, in cents.
     pub amount_cents: u64,
+    /// Why, as the customer said (empty when not given).
+    #[serde(default)]
+    pub reason: String,
 }
 
 /// Refund an order to the customer's card. A person approves every refund before it runs;
 /// it runs once when approved, and retries return the same refund. One refund per order.
+/// Shared by `mcp_shop` and `http_shop` (one tool of this name per program).
 #[mutating_tool(idempotency_key_fields = [order_id], approval = "required")]
-pub async fn refund_order(order_id: u64, amount_cents: u64) -> Result<OrderRefund, ShopError> {
-    let key = tool_contracts::current_key().unwrap_or_default();
-    let refund_id = format!("or_{}", key.get(..16).unwrap_or(&key));
-    let entry = ledger()?.record(|_| {
-        json!({
-            "effect": "order_refund", "refund_id": refund_id, "order_id": order_id,
-            "amount_cents": amount_cents, "key": key, "pid": std::process::id(),
-        })
-    })?;
+pub async fn refund_order(
+    order_id: u64,
+    amount_cents: u64,
+    reason: Option<String>,
+) -> Result<OrderRefund, ShopError> {
+    let entry =
+        record_order_refund(order_id, amount_cents, reason.as_deref().unwrap_or("")).await?;
     decode(&entry)
 }
 
