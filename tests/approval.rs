@@ -23,12 +23,23 @@ pub enum ShopError {
     Contract(#[from] Error),
 }
 
-static REFUNDS: AtomicUsize = AtomicUsize::new(0);
+/// Refunds made, per order: tests run in parallel, each with orders of its own.
+static REFUNDS: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
+
+/// How many times the body refunded `order_id`.
+fn refunds(order_id: u64) -> usize {
+    REFUNDS
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|o| **o == order_id)
+        .count()
+}
 
 /// Refunds an order: always asks a person first.
 #[mutating_tool(idempotency_key_fields = [order_id], approval = "required")]
 pub async fn refund_order(order_id: u64, amount_cents: u64) -> Result<u64, ShopError> {
-    REFUNDS.fetch_add(1, SeqCst);
+    REFUNDS.lock().unwrap().push(order_id);
     Ok(amount_cents)
 }
 
@@ -73,11 +84,10 @@ fn awaiting(result: Result<impl std::fmt::Debug, ShopError>) -> String {
 #[tokio::test]
 async fn a_call_waits_for_approval_then_runs_exactly_once() {
     with_store(MemoryStore::new(), async {
-        let before = REFUNDS.load(SeqCst);
         let key = awaiting(refund_order(1, 500).await);
         // Asked twice: one request, still nothing ran.
         assert_eq!(awaiting(refund_order(1, 500).await), key);
-        assert_eq!(REFUNDS.load(SeqCst), before);
+        assert_eq!(refunds(1), 0);
 
         let op = operation(&key)
             .await
@@ -105,16 +115,12 @@ async fn a_call_waits_for_approval_then_runs_exactly_once() {
             operation(&key).await.unwrap().unwrap().state,
             OperationState::Approved
         );
-        assert_eq!(
-            REFUNDS.load(SeqCst),
-            before,
-            "approving runs nothing by itself"
-        );
+        assert_eq!(refunds(1), 0, "approving runs nothing by itself");
 
         // The retry runs once; the next ones replay.
         assert_eq!(refund_order(1, 500).await.unwrap(), 500);
         assert_eq!(refund_order(1, 500).await.unwrap(), 500);
-        assert_eq!(REFUNDS.load(SeqCst), before + 1);
+        assert_eq!(refunds(1), 1);
 
         let op = operation_with_history(&key).await.unwrap().unwrap();
         assert_eq!(op.state, OperationState::Completed);
@@ -140,7 +146,6 @@ async fn a_call_waits_for_approval_then_runs_exactly_once() {
 #[tokio::test]
 async fn a_denial_is_replayed_and_nothing_runs() {
     with_store(MemoryStore::new(), async {
-        let before = REFUNDS.load(SeqCst);
         let key = awaiting(refund_order(2, 900).await);
         let decision = deny(&key, "alice", "the customer kept the goods")
             .await
@@ -161,7 +166,7 @@ async fn a_denial_is_replayed_and_nothing_runs() {
                 other => panic!("expected the denial, got {other:?}"),
             }
         }
-        assert_eq!(REFUNDS.load(SeqCst), before);
+        assert_eq!(refunds(2), 0);
         assert_eq!(
             operation(&key).await.unwrap().unwrap().state,
             OperationState::Denied
@@ -415,7 +420,6 @@ async fn the_process_wide_policy_makes_destructive_tools_ask() {
 /// One approval on `store`: asked, approved, the other verdict refused, run once.
 async fn one_decision(store: impl tool_contracts::Store, order: u64, label: &str) {
     with_store(store, async {
-        let before = REFUNDS.load(SeqCst);
         let key = awaiting(refund_order(order, 42).await);
         approve(&key, "alice").await.unwrap();
         let err = deny(&key, "bob", "late").await.unwrap_err();
@@ -425,7 +429,7 @@ async fn one_decision(store: impl tool_contracts::Store, order: u64, label: &str
         );
         assert_eq!(refund_order(order, 42).await.unwrap(), 42);
         assert_eq!(refund_order(order, 42).await.unwrap(), 42);
-        assert_eq!(REFUNDS.load(SeqCst), before + 1, "{label}");
+        assert_eq!(refunds(order), 1, "{label}");
         let op = operation_with_history(&key).await.unwrap().unwrap();
         let approved = op
             .history
