@@ -265,6 +265,23 @@ async fn another_scope_cannot_see_or_decide_the_request() {
 }
 
 #[tokio::test]
+async fn recovery_leaves_approval_requests_alone() {
+    with_store(MemoryStore::new(), async {
+        let key = awaiting(refund_order(6, 10).await);
+        let report = tool_contracts::recover_once(&registry()).await.unwrap();
+        assert!(
+            report.unresolved.is_empty(),
+            "a request is not an unknown outcome: {report:?}"
+        );
+        assert_eq!(
+            operation(&key).await.unwrap().unwrap().state,
+            OperationState::AwaitingApproval
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn bad_decider_names_are_refused_and_nothing_is_decided() {
     with_store(MemoryStore::new(), async {
         let key = awaiting(refund_order(5, 10).await);

@@ -509,7 +509,19 @@ fn millis(t: SystemTime) -> u128 {
 fn print_record(r: &Record, json: bool) {
     let now = SystemTime::now();
     let age = age(r.created_at);
+    let request = approval::requested_call(r);
     let state = match &r.state {
+        RecordState::InProgress {
+            lease_expires_at, ..
+        } if request.is_some() => {
+            let call = request.as_deref().unwrap_or("-");
+            match *lease_expires_at <= now {
+                true => format!("approval request of {call} expired unanswered (nothing ran)"),
+                false => {
+                    format!("approval request of {call}: awaiting a decision (`approve {call}`)")
+                }
+            }
+        }
         RecordState::InProgress {
             lease_expires_at,
             token,

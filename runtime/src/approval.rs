@@ -245,6 +245,9 @@ pub struct ApprovalRequest {
 struct RequestDoc {
     approved_ttl_ms: u64,
     arguments: Value,
+    /// The call's key (the operation id), for operators who list pending records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    call: Option<String>,
     denied_ttl_ms: u64,
 }
 
@@ -292,6 +295,7 @@ pub(crate) async fn gate(
     let doc = serde_json::to_string(&RequestDoc {
         approved_ttl_ms: millis(spec.approval_expires.min(spec.ttl)),
         arguments: serde_json::from_str(call.args).unwrap_or(Value::Null),
+        call: Some(call.key.to_owned()),
         denied_ttl_ms: millis(spec.ttl),
     })
     .map_err(|e| StoreError::Corrupt(format!("approval request: {e}")))?;
@@ -391,6 +395,22 @@ pub(crate) fn from_observed(observed: &Observed) -> Result<Option<Approval>, Str
             }
         }
     }))
+}
+
+/// Whether `record` is an approval request (its label), not a call.
+pub(crate) fn is_request(record: &crate::store::Record) -> bool {
+    record.tool.ends_with(LABEL_SUFFIX)
+}
+
+/// The call key an approval request was made for, as its record keeps it (for operators
+/// listing pending records, who see the request's own key).
+pub fn requested_call(record: &crate::store::Record) -> Option<String> {
+    if !is_request(record) {
+        return None;
+    }
+    serde_json::from_str::<RequestDoc>(&record.args)
+        .ok()
+        .and_then(|doc| doc.call)
 }
 
 /// The tool an approval record's label names.

@@ -76,6 +76,12 @@ async fn reconcile(
     report: &mut RecoveryReport,
 ) {
     let key = record.key.clone();
+    // An approval request is not a call: nothing ran, so there is nothing to reconcile; an
+    // expired one is asked again by the call's next attempt (docs/approval.md).
+    if crate::approval::is_request(record) {
+        report.live += 1;
+        return;
+    }
     // A name two contracts share cannot say whose call this was: never let one tool's
     // `verify` settle another's effect.
     if let Err(e) = crate::contracts::check_unique(&record.tool) {

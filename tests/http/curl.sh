@@ -110,7 +110,7 @@ order_json='{"user_id":7,"cart":{"id":"cart-1","items":[{"sku":"coffee-beans","q
 browser=(-H 'Accept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8' -H 'Sec-Fetch-Site: same-origin')
 
 echo "== the shop, one tenant (refunds sleep 3 s after the effect)"
-start shop shop.db SHOP_REFUND_DELAY_MS=3000 --
+start shop shop.db SHOP_REFUND_DELAY_MS=6000 --
 
 req GET / "${browser[@]}"
 expect 200 "the order form"
