@@ -42,6 +42,7 @@ struct Names {
     builder: Ident,
     ops: Ident,
     reconcile: Ident,
+    compensate: Ident,
 }
 
 impl Names {
@@ -58,6 +59,7 @@ impl Names {
             builder: private("__tc_builder"),
             ops: private("__tc_ops"),
             reconcile: private("__tc_reconcile"),
+            compensate: private("__tc_compensate"),
         }
     }
 }
@@ -399,6 +401,7 @@ fn spec_static(c: &Contract, n: &Names) -> TokenStream {
     let cache_errors = c.cache_errors;
     let destructive = c.destructive;
     let open_world = c.open_world;
+    let compensate = compensate_ref(c, n);
     quote! {
         static #spec: ::tool_contracts::__private::ToolSpec = ::tool_contracts::__private::ToolSpec {
             name: #name,
@@ -417,6 +420,7 @@ fn spec_static(c: &Contract, n: &Names) -> TokenStream {
             destructive: #destructive,
             open_world: #open_world,
             task: ::tool_contracts::__private::TaskSupport::#task,
+            compensate: #compensate,
             location: ::tool_contracts::__private::SourceLocation {
                 module_path: ::core::module_path!(),
                 file: ::core::file!(),
@@ -521,6 +525,10 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
         }
         None => (TokenStream::new(), TokenStream::new()),
     };
+    let compensate_item = match c.compensate {
+        Some(path) => compensate_item(c, n, path),
+        None => TokenStream::new(),
+    };
     let encoder = private("__TcEncode");
     let encode_checked = private("__TcEncodeChecked");
     let encode_unchecked = private("__TcEncodeUnchecked");
@@ -584,6 +592,8 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
         #key_of_item
 
         #reconcile_item
+
+        #compensate_item
 
         fn #input_schema() -> #p::serde_json::Value {
             #p::input_schema::<#args>()
@@ -672,6 +682,76 @@ fn reconcile_item(c: &Contract, n: &Names, path: &syn::ExprPath) -> TokenStream 
                 #p::Error,
             >,
         > {
+            #body
+        }
+    }
+}
+
+/// The spec's `compensate` field: the undo entry point of a tool with `compensate = path`
+/// (free functions only: `valid.rs` refuses the option on methods), else `None`.
+fn compensate_ref(c: &Contract, n: &Names) -> TokenStream {
+    let compensate = &n.compensate;
+    match c.compensate {
+        Some(_) if c.registered() => quote! {
+            ::core::option::Option::Some(#compensate as ::tool_contracts::__private::CompensateFn)
+        },
+        _ => quote!(::core::option::Option::None),
+    }
+}
+
+/// The undo of a tool with `compensate = path`, which a run's compensation calls for a call
+/// made inside the run: decode the arguments and result the store kept, and call the undo
+/// with the JSON parameters by reference (declaration order, as `verify` gets them;
+/// `#[context]` ones are not kept with the call, so not passed), the result by reference
+/// and the `UndoContext`. Every token of the call is spanned at the user's path, so an
+/// undo of the wrong shape is reported once, there.
+fn compensate_item(c: &Contract, n: &Names, path: &syn::ExprPath) -> TokenStream {
+    let Names {
+        spec,
+        args,
+        compensate,
+        ..
+    } = n;
+    let p = quote!(::tool_contracts::__private);
+    let span = first_span(path);
+    let json = private("__tc_json");
+    let output = private("__tc_output");
+    let cx = private("__tc_cx");
+    let decoded = private("__tc_args");
+    let undone = private("__tc_undone");
+    let mut fields = Vec::new();
+    let mut refs = Vec::new();
+    for param in c.params.iter().filter(|p| p.context.is_none()) {
+        let local = respanned(param.ident, span);
+        refs.push(by_reference(&local, param.ty, span));
+        fields.push(local);
+    }
+    let ok = c.ok;
+    // Spanned at `T`, as in the body: a result type that is not `Serialize +
+    // DeserializeOwned` is reported once.
+    let codec = quote_spanned!(first_span(ok)=> #p::assert_output::<#ok>());
+    // Spanned at the path: the boxed future must be `Send + 'static`, and an undo of
+    // the wrong shape (arity, types, not `async`, not returning `Result<R, E>` with
+    // `R: Serialize`, `E: Display`) should be told so there.
+    let body = quote_spanned! {span=>
+        ::std::boxed::Box::pin(async move {
+            let #decoded: #args = #p::undo_args(&#spec, &#json)?;
+            let #args { #(#fields),* } = #decoded;
+            let #output: #ok = #p::undo_output(&#spec, &#output, #codec)?;
+            let #undone = #path(#(#refs,)* &#output, #cx).await;
+            #p::undone(#undone)
+        })
+    };
+    quote! {
+        fn #compensate(
+            #json: ::std::string::String,
+            #output: ::std::string::String,
+            #cx: #p::UndoContext,
+        ) -> ::core::pin::Pin<::std::boxed::Box<
+            dyn ::core::future::Future<
+                Output = ::core::result::Result<#p::serde_json::Value, ::std::string::String>,
+            > + ::core::marker::Send,
+        >> {
             #body
         }
     }

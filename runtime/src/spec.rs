@@ -105,6 +105,9 @@ pub struct ToolSpec {
     pub open_world: bool,
     /// Whether an MCP call may become a task (`task = "optional"`).
     pub task: TaskSupport,
+    /// The undo of `compensate = path`: registered for the call's journal entry when the
+    /// tool is called inside a run; `None` without the option.
+    pub compensate: Option<crate::run::CompensateFn>,
     pub location: SourceLocation,
 }
 
@@ -137,6 +140,7 @@ impl ToolSpec {
             destructive: false,
             open_world: false,
             task: TaskSupport::Forbidden,
+            compensate: None,
             location,
         }
     }
