@@ -72,7 +72,12 @@ static REFUNDS: Mutex<Vec<Refund>> = Mutex::new(Vec::new());
 static CHARGED: Mutex<Vec<u64>> = Mutex::new(Vec::new());
 
 fn charged(user_id: u64) -> usize {
-    CHARGED.lock().unwrap().iter().filter(|u| **u == user_id).count()
+    CHARGED
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|u| **u == user_id)
+        .count()
 }
 
 fn refunds_of(user_ids: &[u64]) -> Vec<Refund> {
@@ -170,8 +175,7 @@ fn spec_undo_key(step_key: &str, run: &str) -> String {
 }
 
 #[tokio::test]
-async fn a_compensable_tool_called_in_a_run_is_undone_once_with_the_derived_key_and_its_output()
-{
+async fn a_compensable_tool_called_in_a_run_is_undone_once_with_the_derived_key_and_its_output() {
     with_store(MemoryStore::new(), async {
         let intent = json!({"order": 101});
         let run = Run::start("checkout", &intent).await.unwrap();
@@ -192,7 +196,10 @@ async fn a_compensable_tool_called_in_a_run_is_undone_once_with_the_derived_key_
         assert_eq!(journal.len(), 2, "{journal:?}");
         for entry in &journal {
             assert_eq!(entry.kind, EntryKind::Tool);
-            let undo = entry.undo.as_ref().expect("a compensable call declares its undo");
+            let undo = entry
+                .undo
+                .as_ref()
+                .expect("a compensable call declares its undo");
             assert_eq!(undo.key, spec_undo_key(&entry.key, "checkout"));
             assert_eq!(undo.status, EntryStatus::Missing, "not undone yet");
         }
@@ -268,7 +275,9 @@ async fn a_compensable_tool_called_in_a_run_is_undone_once_with_the_derived_key_
 async fn without_compensate_a_completed_tool_call_still_needs_intervention_and_a_stored_error_has_nothing_to_undo(
 ) {
     with_store(MemoryStore::new(), async {
-        let run = Run::start("checkout", &json!({"order": 201})).await.unwrap();
+        let run = Run::start("checkout", &json!({"order": 201}))
+            .await
+            .unwrap();
         run.enter(charge(201, cart("c-9"), "x".to_owned()))
             .await
             .unwrap();
@@ -293,12 +302,19 @@ async fn without_compensate_a_completed_tool_call_still_needs_intervention_and_a
             .map(|s| (s.name.as_str(), &s.outcome))
             .collect();
         assert_eq!(outcomes.len(), 3, "the replayed call is one call: {c:?}");
-        assert_eq!(outcomes[0], ("declined_charge", &UndoOutcome::NothingToUndo));
+        assert_eq!(
+            outcomes[0],
+            ("declined_charge", &UndoOutcome::NothingToUndo)
+        );
         assert_eq!(outcomes[1], ("send_receipt", &UndoOutcome::NoUndo));
         assert_eq!(outcomes[2].0, "charge");
         assert!(matches!(outcomes[2].1, UndoOutcome::Undone { .. }));
         assert_eq!(refunds_of(&[201]).len(), 1, "undone once");
-        assert_eq!(DECLINED_REFUNDS.load(SeqCst), 0, "a failed call is not undone");
+        assert_eq!(
+            DECLINED_REFUNDS.load(SeqCst),
+            0,
+            "a failed call is not undone"
+        );
         let info = Run::status_of("checkout", &json!({"order": 201}), RunOptions::default())
             .await
             .unwrap()
@@ -311,7 +327,9 @@ async fn without_compensate_a_completed_tool_call_still_needs_intervention_and_a
 #[tokio::test]
 async fn a_failing_undo_is_stored_under_its_key_and_the_run_needs_intervention() {
     with_store(MemoryStore::new(), async {
-        let run = Run::start("checkout", &json!({"order": 307})).await.unwrap();
+        let run = Run::start("checkout", &json!({"order": 307}))
+            .await
+            .unwrap();
         run.enter(charge(REFUSED_USER, cart("c-7"), String::new()))
             .await
             .unwrap();
@@ -376,7 +394,11 @@ async fn a_compensation_stopped_between_two_tool_undos_resumes_without_undoing_t
             .iter()
             .map(|r| r.user_id)
             .collect();
-        assert_eq!(order, [CRASH_USER + 1, CRASH_USER], "each undo once, newest first");
+        assert_eq!(
+            order,
+            [CRASH_USER + 1, CRASH_USER],
+            "each undo once, newest first"
+        );
         let results: Vec<&Value> = c
             .steps
             .iter()

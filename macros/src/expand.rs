@@ -714,11 +714,13 @@ fn compensate_item(c: &Contract, n: &Names, path: &syn::ExprPath) -> TokenStream
     } = n;
     let p = quote!(::tool_contracts::__private);
     let span = first_span(path);
-    let json = private("__tc_json");
-    let output = private("__tc_output");
-    let cx = private("__tc_cx");
-    let decoded = private("__tc_args");
-    let undone = private("__tc_undone");
+    // Private names located at the path (hygiene unchanged): they are arguments of the
+    // undo's call, and a mistake about them is reported there, not at the attribute.
+    let at_path = |name: &str| Ident::new(name, Span::mixed_site().located_at(span));
+    let json = at_path("__tc_json");
+    let output = at_path("__tc_output");
+    let cx = at_path("__tc_cx");
+    let decoded = at_path("__tc_args");
     let mut fields = Vec::new();
     let mut refs = Vec::new();
     for param in c.params.iter().filter(|p| p.context.is_none()) {
@@ -726,6 +728,9 @@ fn compensate_item(c: &Contract, n: &Names, path: &syn::ExprPath) -> TokenStream
         refs.push(by_reference(&local, param.ty, span));
         fields.push(local);
     }
+    // The undo's bounds (`R: Serialize`, `E: Display`) are checked by this call: spanned at
+    // the path, so a missing one is reported there.
+    let p_at_path = quote_spanned!(span=> ::tool_contracts::__private);
     let ok = c.ok;
     // Spanned at `T`, as in the body: a result type that is not `Serialize +
     // DeserializeOwned` is reported once.
@@ -738,8 +743,7 @@ fn compensate_item(c: &Contract, n: &Names, path: &syn::ExprPath) -> TokenStream
             let #decoded: #args = #p::undo_args(&#spec, &#json)?;
             let #args { #(#fields),* } = #decoded;
             let #output: #ok = #p::undo_output(&#spec, &#output, #codec)?;
-            let #undone = #path(#(#refs,)* &#output, #cx).await;
-            #p::undone(#undone)
+            #p_at_path::undone(#path(#(#refs,)* &#output, #cx).await)
         })
     };
     quote! {
@@ -868,6 +872,43 @@ mod tests {
         assert!(text.contains(
             "let cfg = :: tool_contracts :: __private :: Context :: get_cloned :: < Cfg >"
         ));
+    }
+
+    #[test]
+    fn compensate_puts_the_undo_in_the_spec_and_passes_json_params_result_and_context() {
+        let (text, _) = expand(
+            Kind::Mutating,
+            quote! { idempotency_key_fields = [id], compensate = undo::refund },
+            quote! {
+                async fn charge(id: u64, note: String, #[context] db: &Db) -> Result<Charge, E> { body() }
+            },
+        );
+        assert!(
+            text.contains("compensate : :: core :: option :: Option :: Some (__tc_compensate as :: tool_contracts :: __private :: CompensateFn)"),
+            "{text}"
+        );
+        assert!(text.contains("fn __tc_compensate (__tc_json : :: std :: string :: String , __tc_output : :: std :: string :: String , __tc_cx : :: tool_contracts :: __private :: UndoContext ,)"), "{text}");
+        // JSON parameters by reference in declaration order (no `#[context]` one), then the
+        // result by reference and the context.
+        assert!(
+            text.contains(
+                "undone (undo :: refund (& id , & note , & __tc_output , __tc_cx) . await)"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("let __TcArgs { id , note } = __tc_args ;"),
+            "{text}"
+        );
+        assert!(text.contains("undo_output (& __TC_SPEC , & __tc_output , :: tool_contracts :: __private :: assert_output :: < Charge > ()) ?"), "{text}");
+        // Without the option: `None`, no entry point.
+        let (text, _) = expand(
+            Kind::Mutating,
+            quote! { idempotency_key_fields = [id] },
+            quote! { async fn charge(id: u64) -> Result<u64, E> { Ok(id) } },
+        );
+        assert!(text.contains("compensate : :: core :: option :: Option :: None"));
+        assert!(!text.contains("__tc_compensate"));
     }
 
     #[test]

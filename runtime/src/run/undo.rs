@@ -153,18 +153,20 @@ impl<T: DeserializeOwned + 'static> Undo<T> {
         R: Serialize,
         E: core::fmt::Display,
     {
-        self.verify = Some(Box::new(move |done: Done, cx| match decode::<T>(&done.result) {
-            Err(e) => Box::pin(async move { Err(e) }),
-            Ok(step) => {
-                let check = verify(step, cx);
-                Box::pin(async move {
-                    match check.await.map_err(|e| e.to_string())? {
-                        Some(found) => serde_json::to_value(found).map(Some).map_err(|e| {
-                            format!("the verified undo's result cannot be stored as JSON: {e}")
-                        }),
-                        None => Ok(None),
-                    }
-                })
+        self.verify = Some(Box::new(move |done: Done, cx| {
+            match decode::<T>(&done.result) {
+                Err(e) => Box::pin(async move { Err(e) }),
+                Ok(step) => {
+                    let check = verify(step, cx);
+                    Box::pin(async move {
+                        match check.await.map_err(|e| e.to_string())? {
+                            Some(found) => serde_json::to_value(found).map(Some).map_err(|e| {
+                                format!("the verified undo's result cannot be stored as JSON: {e}")
+                            }),
+                            None => Ok(None),
+                        }
+                    })
+                }
             }
         }));
         self
