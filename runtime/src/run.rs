@@ -13,9 +13,11 @@
 //! Steps and tool calls inside a run must be sequential (awaited one after another), as in
 //! every journaling system: positions are handed out in call order.
 //!
-//! A step may declare its undo ([`Run::step_with_undo`]); a run that fails is compensated
-//! by [`Run::compensate`], which undoes its completed steps in reverse order (see
-//! [`undo`]'s docs and README "Compensation").
+//! A step may declare its undo ([`Run::step_with_undo`]), and so may a tool
+//! (`#[mutating_tool(compensate = path)]`, registered for each of its calls made in
+//! [`Run::enter`]); a run that fails is compensated by [`Run::compensate`], which undoes its
+//! completed steps and tool calls in reverse order (see [`undo`]'s docs and README
+//! "Compensation").
 
 mod undo;
 
@@ -217,7 +219,8 @@ pub struct JournalEntry {
     /// When the entry was recorded.
     pub at: SystemTime,
     /// The step's undo, when it declared one ([`Run::step_with_undo`], not
-    /// [`Undo::nothing`]): its key and where it stands (`Missing` until compensation runs it).
+    /// [`Undo::nothing`]), or the tool call's, when its tool has `compensate = path`: its key
+    /// and where it stands (`Missing` until compensation runs it).
     pub undo: Option<EntryUndo>,
 }
 
@@ -815,7 +818,8 @@ impl Run {
     }
 
     /// Runs `future` inside the run: `#[mutating_tool]` calls in it are scoped by the run
-    /// and recorded in its journal.
+    /// and recorded in its journal; a tool with `compensate = path` has its undo registered
+    /// for the call, so [`Run::compensate`] undoes it as it undoes a step.
     pub async fn enter<F: Future>(&self, future: F) -> F::Output {
         let journal: Arc<dyn CallJournal> = self.shared.clone();
         ambient::with_call_journal(Some(journal), self.shared.scoped(future)).await

@@ -48,7 +48,7 @@ pub type CompensateFn = fn(
 ) -> Pin<Box<dyn Future<Output = Result<Value, String>> + Send>>;
 
 /// What an undo is told about itself: its key, to forward downstream (a refund's own
-/// idempotency key), and the step it undoes.
+/// idempotency key), and the step (or tool call, for a tool's `compensate` undo) it undoes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UndoContext {
     pub(crate) key: String,
@@ -64,12 +64,12 @@ impl UndoContext {
         &self.key
     }
 
-    /// The name of the step being undone.
+    /// The name of the step being undone (the tool's name, for a tool call's undo).
     pub fn step(&self) -> &str {
         &self.step
     }
 
-    /// The key of the step being undone.
+    /// The key of the step (or tool call) being undone.
     pub fn step_key(&self) -> &str {
         &self.step_key
     }
