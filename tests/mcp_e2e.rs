@@ -277,6 +277,7 @@ async fn tools_list_publishes_schemas_annotations_and_the_idempotency_contract()
         "onUnknown",
         "verify",
         "task",
+        "compensable",
     ] {
         assert!(!contract[field].is_null(), "no `{field}` in {contract}");
     }

@@ -1,8 +1,8 @@
 //! The shop both shop examples serve (`mcp_shop` over MCP, `http_shop` over HTTP), included
 //! by each with `#[path = "support/shop.rs"] mod shop;`: the tools `create_order`,
-//! `charge_card` (with `verify`), `ship_order`, `refund_charge`, `refund_order` (which a
-//! person approves first, `approval = "required"`) and the read-only `get_order`, and the
-//! ledger they append their effects to.
+//! `charge_card` (with `verify`, and `compensate` by a refund), `ship_order`,
+//! `refund_charge`, `refund_order` (which a person approves first, `approval = "required"`)
+//! and the read-only `get_order`, and the ledger they append their effects to.
 //!
 //! Every side effect (an order placed, a card charged) is appended to the ledger, one JSON
 //! object a line and synced before the tool returns: the stand-in for the outside world,
@@ -277,13 +277,15 @@ pub async fn record_order_refund(
 }
 
 /// Charge the card for an order. Safe to retry: one charge per order, even if the server
-/// dies mid-call (the provider is asked whether the charge went through).
+/// dies mid-call (the provider is asked whether the charge went through). Charged inside a
+/// run that fails, it is refunded when the run is compensated.
 #[mutating_tool(
     idempotency_key_fields = [order_id],
     verify = find_charge,
     lease = "2s",
     open_world,
-    task = "optional"
+    task = "optional",
+    compensate = refund_on_compensation
 )]
 pub async fn charge_card(
     order_id: u64,
@@ -322,6 +324,21 @@ async fn find_charge(
         .find(|e| e["effect"] == "charge" && e["order_id"] == *order_id)
         .map(decode)
         .transpose()
+}
+
+/// The undo of `charge_card` (`compensate`), run when a run that charged the card is
+/// compensated: refunds the charge through `refund_charge` (one refund per charge), its
+/// reason naming the undo's key.
+async fn refund_on_compensation(
+    order_id: &u64,
+    amount_cents: &u64,
+    card_token: &str,
+    charge: &Charge,
+    cx: tool_contracts::UndoContext,
+) -> Result<Refund, ShopError> {
+    let _ = (order_id, card_token);
+    let reason = format!("compensation {}", cx.key());
+    refund_charge(charge.charge_id.clone(), *amount_cents, reason).await
 }
 
 /// Ship an order to an address. Safe to retry: one shipment per order and address (another

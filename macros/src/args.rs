@@ -116,6 +116,11 @@ const OPTIONS: &[OptionSpec] = &[
         read_only: false,
     },
     OptionSpec {
+        name: "compensate",
+        shape: Shape::FnPath("refund_order"),
+        read_only: false,
+    },
+    OptionSpec {
         name: "task",
         shape: Shape::Str("\"optional\""),
         read_only: false,
@@ -221,6 +226,8 @@ pub(crate) struct Args {
     pub verify: Option<Opt<syn::ExprPath>>,
     /// `unknown_outcome_if = path::to::fn`.
     pub unknown_outcome_if: Option<Opt<syn::ExprPath>>,
+    /// `compensate = path::to::undo`: the call's undo inside a run.
+    pub compensate: Option<Opt<syn::ExprPath>>,
     /// `task = "optional"`: MCP calls may become tasks.
     pub task: Option<Opt<LitStr>>,
     /// `approval = "required" | "never" | path::to::policy`.
@@ -338,6 +345,7 @@ impl Args {
             ("unknown_outcome_if", Value::FnPath(v)) => {
                 store(&mut self.unknown_outcome_if, kw, v, errors)
             }
+            ("compensate", Value::FnPath(v)) => store(&mut self.compensate, kw, v, errors),
             ("task", Value::Str(v)) => store(&mut self.task, kw, v, errors),
             ("approval", Value::StrOrFnPath(v)) => store(&mut self.approval, kw, v, errors),
             ("approval_expires", Value::Str(v)) => store(&mut self.approval_expires, kw, v, errors),
@@ -755,6 +763,29 @@ mod tests {
                 "`unknown_outcome_if` names the function, it does not call it: remove the arguments and write `unknown_outcome_if = is_timeout`",
                 "expected `=` after `verify`: write `verify = verify_order`",
                 "expected a path to a function: write `unknown_outcome_if = is_timeout`",
+            ]
+        );
+    }
+
+    #[test]
+    fn compensate_is_a_path_to_a_function() {
+        let args = parse_ok(
+            Kind::Mutating,
+            quote! { idempotency_key_fields = [id], compensate = crate::undo::refund },
+        );
+        assert_eq!(
+            quote::ToTokens::to_token_stream(&args.compensate.unwrap().value).to_string(),
+            "crate :: undo :: refund"
+        );
+        let errors = parse_errors(
+            Kind::Mutating,
+            quote! { compensate = "refund", compensate = refund(order) },
+        );
+        assert_eq!(
+            errors,
+            [
+                "`compensate` takes a path to a function, not a string: write `compensate = refund` without quotes",
+                "`compensate` names the function, it does not call it: remove the arguments and write `compensate = refund`",
             ]
         );
     }

@@ -42,6 +42,7 @@ struct Names {
     builder: Ident,
     ops: Ident,
     reconcile: Ident,
+    compensate: Ident,
 }
 
 impl Names {
@@ -58,6 +59,7 @@ impl Names {
             builder: private("__tc_builder"),
             ops: private("__tc_ops"),
             reconcile: private("__tc_reconcile"),
+            compensate: private("__tc_compensate"),
         }
     }
 }
@@ -426,6 +428,7 @@ fn spec_static(c: &Contract, n: &Names) -> TokenStream {
     let cache_errors = c.cache_errors;
     let destructive = c.destructive;
     let open_world = c.open_world;
+    let compensate = compensate_ref(c, n);
     quote! {
         static #spec: ::tool_contracts::__private::ToolSpec = ::tool_contracts::__private::ToolSpec {
             name: #name,
@@ -446,6 +449,7 @@ fn spec_static(c: &Contract, n: &Names) -> TokenStream {
             task: ::tool_contracts::__private::TaskSupport::#task,
             approval: ::tool_contracts::__private::ApprovalRule::#approval,
             approval_expires: ::core::time::Duration::from_millis(#approval_expires),
+            compensate: #compensate,
             location: ::tool_contracts::__private::SourceLocation {
                 module_path: ::core::module_path!(),
                 file: ::core::file!(),
@@ -550,6 +554,10 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
         }
         None => (TokenStream::new(), TokenStream::new()),
     };
+    let compensate_item = match c.compensate {
+        Some(path) => compensate_item(c, n, path),
+        None => TokenStream::new(),
+    };
     let encoder = private("__TcEncode");
     let encode_checked = private("__TcEncodeChecked");
     let encode_unchecked = private("__TcEncodeUnchecked");
@@ -613,6 +621,8 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
         #key_of_item
 
         #reconcile_item
+
+        #compensate_item
 
         fn #input_schema() -> #p::serde_json::Value {
             #p::input_schema::<#args>()
@@ -701,6 +711,80 @@ fn reconcile_item(c: &Contract, n: &Names, path: &syn::ExprPath) -> TokenStream 
                 #p::Error,
             >,
         > {
+            #body
+        }
+    }
+}
+
+/// The spec's `compensate` field: the undo entry point of a tool with `compensate = path`
+/// (free functions only: `valid.rs` refuses the option on methods), else `None`.
+fn compensate_ref(c: &Contract, n: &Names) -> TokenStream {
+    let compensate = &n.compensate;
+    match c.compensate {
+        Some(_) if c.registered() => quote! {
+            ::core::option::Option::Some(#compensate as ::tool_contracts::__private::CompensateFn)
+        },
+        _ => quote!(::core::option::Option::None),
+    }
+}
+
+/// The undo of a tool with `compensate = path`, which a run's compensation calls for a call
+/// made inside the run: decode the arguments and result the store kept, and call the undo
+/// with the JSON parameters by reference (declaration order, as `verify` gets them;
+/// `#[context]` ones are not kept with the call, so not passed), the result by reference
+/// and the `UndoContext`. Every token of the call is spanned at the user's path, so an
+/// undo of the wrong shape is reported once, there.
+fn compensate_item(c: &Contract, n: &Names, path: &syn::ExprPath) -> TokenStream {
+    let Names {
+        spec,
+        args,
+        compensate,
+        ..
+    } = n;
+    let p = quote!(::tool_contracts::__private);
+    let span = first_span(path);
+    // Private names located at the path (hygiene unchanged): they are arguments of the
+    // undo's call, and a mistake about them is reported there, not at the attribute.
+    let at_path = |name: &str| Ident::new(name, Span::mixed_site().located_at(span));
+    let json = at_path("__tc_json");
+    let output = at_path("__tc_output");
+    let cx = at_path("__tc_cx");
+    let decoded = at_path("__tc_args");
+    let mut fields = Vec::new();
+    let mut refs = Vec::new();
+    for param in c.params.iter().filter(|p| p.context.is_none()) {
+        let local = respanned(param.ident, span);
+        refs.push(by_reference(&local, param.ty, span));
+        fields.push(local);
+    }
+    // The undo's bounds (`R: Serialize`, `E: Display`) are checked by this call: spanned at
+    // the path, so a missing one is reported there.
+    let p_at_path = quote_spanned!(span=> ::tool_contracts::__private);
+    let ok = c.ok;
+    // Spanned at `T`, as in the body: a result type that is not `Serialize +
+    // DeserializeOwned` is reported once.
+    let codec = quote_spanned!(first_span(ok)=> #p::assert_output::<#ok>());
+    // Spanned at the path: the boxed future must be `Send + 'static`, and an undo of
+    // the wrong shape (arity, types, not `async`, not returning `Result<R, E>` with
+    // `R: Serialize`, `E: Display`) should be told so there.
+    let body = quote_spanned! {span=>
+        ::std::boxed::Box::pin(async move {
+            let #decoded: #args = #p::undo_args(&#spec, &#json)?;
+            let #args { #(#fields),* } = #decoded;
+            let #output: #ok = #p::undo_output(&#spec, &#output, #codec)?;
+            #p_at_path::undone(#path(#(#refs,)* &#output, #cx).await)
+        })
+    };
+    quote! {
+        fn #compensate(
+            #json: ::std::string::String,
+            #output: ::std::string::String,
+            #cx: #p::UndoContext,
+        ) -> ::core::pin::Pin<::std::boxed::Box<
+            dyn ::core::future::Future<
+                Output = ::core::result::Result<#p::serde_json::Value, ::std::string::String>,
+            > + ::core::marker::Send,
+        >> {
             #body
         }
     }
@@ -817,6 +901,43 @@ mod tests {
         assert!(text.contains(
             "let cfg = :: tool_contracts :: __private :: Context :: get_cloned :: < Cfg >"
         ));
+    }
+
+    #[test]
+    fn compensate_puts_the_undo_in_the_spec_and_passes_json_params_result_and_context() {
+        let (text, _) = expand(
+            Kind::Mutating,
+            quote! { idempotency_key_fields = [id], compensate = undo::refund },
+            quote! {
+                async fn charge(id: u64, note: String, #[context] db: &Db) -> Result<Charge, E> { body() }
+            },
+        );
+        assert!(
+            text.contains("compensate : :: core :: option :: Option :: Some (__tc_compensate as :: tool_contracts :: __private :: CompensateFn)"),
+            "{text}"
+        );
+        assert!(text.contains("fn __tc_compensate (__tc_json : :: std :: string :: String , __tc_output : :: std :: string :: String , __tc_cx : :: tool_contracts :: __private :: UndoContext ,)"), "{text}");
+        // JSON parameters by reference in declaration order (no `#[context]` one), then the
+        // result by reference and the context.
+        assert!(
+            text.contains(
+                "undone (undo :: refund (& id , & note , & __tc_output , __tc_cx) . await)"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("let __TcArgs { id , note } = __tc_args ;"),
+            "{text}"
+        );
+        assert!(text.contains("undo_output (& __TC_SPEC , & __tc_output , :: tool_contracts :: __private :: assert_output :: < Charge > ()) ?"), "{text}");
+        // Without the option: `None`, no entry point.
+        let (text, _) = expand(
+            Kind::Mutating,
+            quote! { idempotency_key_fields = [id] },
+            quote! { async fn charge(id: u64) -> Result<u64, E> { Ok(id) } },
+        );
+        assert!(text.contains("compensate : :: core :: option :: Option :: None"));
+        assert!(!text.contains("__tc_compensate"));
     }
 
     #[test]

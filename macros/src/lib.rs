@@ -35,6 +35,7 @@
 //! | `open_world` | flag, or `= true` / `= false` | `false` |
 //! | `verify` | path to an `async fn` that says whether an abandoned call's effect happened | none |
 //! | `unknown_outcome_if` | path to a `fn(&E) -> bool` naming errors that leave the outcome unknown | none |
+//! | `compensate` | path to the `async fn` that undoes a call made inside a run (below); free functions only | none |
 //! | `task` | `"forbidden"`, `"optional"` or `"required"`: whether an MCP call becomes a task (SEP-2663) named by its key | `"forbidden"` |
 //!
 //! Unknown and duplicate options are errors.
@@ -74,6 +75,30 @@
 //! for), so the next call goes through `verify` (or gets `OutcomeUnknown`)
 //! instead of running the body blindly. Other errors release the key as
 //! usual.
+//!
+//! # Undo inside a run: `compensate`
+//!
+//! `compensate = path` names the call's undo, for calls made inside a run
+//! (`Run::enter`): each is a journal entry of the run, and the run's
+//! compensation (`Run::compensate`) runs its undo once, newest first, as it
+//! runs a `Run::step_with_undo` step's. The undo takes the tool's JSON
+//! parameters by reference in declaration order (`#[context]` ones are not
+//! passed: the undo runs from the arguments the store kept), then the result
+//! by reference and the `UndoContext` (whose `key()` it forwards downstream),
+//! and returns `Result<R, E>` with `R: Serialize` and `E: Display`:
+//!
+//! ```ignore
+//! #[mutating_tool(idempotency_key_fields = [order_id], compensate = refund)]
+//! async fn charge(order_id: u64, cents: u64) -> Result<Charge, PayError> { /* ... */ }
+//!
+//! async fn refund(order_id: &u64, cents: &u64, charge: &Charge, cx: UndoContext)
+//!     -> Result<Refund, PayError> { /* refund with idempotency key cx.key() */ }
+//! ```
+//!
+//! An undo of the wrong shape is one error, on the path. Outside a run the
+//! option changes nothing but the descriptor (`compensable` in the MCP
+//! contract). Not on methods (the undo runs without the receiver) nor on
+//! `#[read_only_tool]`.
 //!
 //! # `#[read_only_tool(...)]`
 //!

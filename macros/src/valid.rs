@@ -70,6 +70,8 @@ pub(crate) struct Contract<'a> {
     pub approval: &'static str,
     pub approval_policy: Option<&'a syn::ExprPath>,
     pub approval_expires_ms: u64,
+    /// `compensate = path`: the call's undo when it was made inside a run (free functions).
+    pub compensate: Option<&'a syn::ExprPath>,
     /// Sorted in JCS order (UTF-16 code units of the path).
     pub key_fields: Vec<&'a KeyField>,
     pub params: Vec<ToolParam<'a>>,
@@ -151,6 +153,7 @@ pub(crate) fn check<'a>(
 
     check_options_apply(kind, args, errors);
     check_verify_policy(args, errors);
+    check_compensate(kind, args, model, errors);
     check_wait_policy(args, errors);
     let name = tool_name(args, model, errors);
     let description = match &args.description {
@@ -247,6 +250,7 @@ pub(crate) fn check<'a>(
         approval,
         approval_policy,
         approval_expires_ms,
+        compensate: args.compensate.as_ref().map(|o| &o.value),
         key_fields,
         params: params?,
         ret,
@@ -282,6 +286,7 @@ fn check_options_apply(kind: Kind, args: &Args, errors: &mut Errors) {
         args.task.as_ref().map(|o| &o.kw),
         args.approval.as_ref().map(|o| &o.kw),
         args.approval_expires.as_ref().map(|o| &o.kw),
+        args.compensate.as_ref().map(|o| &o.kw),
     ];
     for kw in mutating_only.into_iter().flatten() {
         errors.push(syn::Error::new(
@@ -316,6 +321,26 @@ fn check_verify_policy(args: &Args, errors: &mut Errors) {
              to verify first, or remove `verify` to rerun blindly"
         ),
     ));
+}
+
+/// `compensate` names the undo of a free function: the undo runs when a run is compensated,
+/// from the arguments the store kept with the call, where no receiver exists (and a method's
+/// types may name `Self`, which the undo's nested entry point cannot).
+fn check_compensate(kind: Kind, args: &Args, model: &Model, errors: &mut Errors) {
+    let Some(opt) = &args.compensate else {
+        return;
+    };
+    if kind == Kind::Mutating && model.is_method() {
+        errors.push(syn::Error::new(
+            opt.kw.span(),
+            format!(
+                "`compensate` does not apply to methods: the undo runs when a run is compensated, from the \
+                 arguments the store kept with the call, where there is no `self`; make `{}` a free function, \
+                 or undo the call inside a step (`Run::step_with_undo`)",
+                model.func.sig.ident
+            ),
+        ));
+    }
 }
 
 /// `max_wait` bounds how long a duplicate waits; with `concurrent = "reject"` nobody waits.

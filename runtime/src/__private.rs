@@ -15,6 +15,7 @@ pub use crate::engine::{
 };
 pub use crate::error::Error;
 pub use crate::registry::{BoxFuture, Context, InvokeFn, KeyOfFn, ReconcileFn, ToolDescriptor};
+pub use crate::run::{CompensateFn, UndoContext};
 pub use crate::spec::{
     ApprovalRule, Concurrent, Mismatch, OnUnknown, SourceLocation, TaskSupport, ToolKind, ToolSpec,
 };
@@ -157,6 +158,32 @@ pub fn reconciled<T, E>(
             message: display(&e),
         }),
     }
+}
+
+/// Decodes, for a `compensate` undo, the JSON arguments the store kept with the call; a
+/// failure is the undo's failure (stored under its key: the run needs intervention).
+pub fn undo_args<A: DeserializeOwned>(spec: &'static ToolSpec, args: &str) -> Result<A, String> {
+    decode_args_str(spec, args)
+        .map_err(|e| format!("tool `{}`: its undo cannot run: {e}", spec.name))
+}
+
+/// Decodes, for a `compensate` undo, the call's stored result (with the tool's own codec,
+/// from `assert_output`, so no bound is checked twice).
+pub fn undo_output<T>(spec: &'static ToolSpec, output: &str, codec: Codec<T>) -> Result<T, String> {
+    codec.decode(output).map_err(|e| {
+        format!(
+            "tool `{}`: its undo cannot run: the call's stored result does not decode ({e}); bump the tool's `version` when its result type changes",
+            spec.name
+        )
+    })
+}
+
+/// A `compensate` undo's outcome as compensation stores it: its result as JSON, or its
+/// error's message. The bounds are the undo's, checked here (at the `compensate` path).
+pub fn undone<R: Serialize, E: Display>(outcome: Result<R, E>) -> Result<Value, String> {
+    let result = outcome.map_err(|e| e.to_string())?;
+    serde_json::to_value(result)
+        .map_err(|e| format!("the undo's result cannot be stored as JSON: {e}"))
 }
 
 /// How a JSON value's kind reads in a message ("a string", "an array"): one wording for

@@ -280,10 +280,11 @@ pub fn worker_id() -> &'static str {
 /// What a run records of each tool call made inside it, before the call claims its key:
 /// the hook through which runs see tool calls without the engine knowing about runs.
 pub(crate) trait CallJournal: Send + Sync {
-    /// Records (or checks, on resume) that the run's code calls `tool` with `key` next.
+    /// Records (or checks, on resume) that the run's code calls `tool` with `key` next
+    /// (and registers its undo, for a tool with `compensate`).
     fn record<'a>(
         &'a self,
-        tool: &'a str,
+        tool: &'static crate::spec::ToolSpec,
         key: &'a str,
     ) -> core::pin::Pin<Box<dyn Future<Output = Result<(), crate::Error>> + Send + 'a>>;
 }
@@ -303,7 +304,10 @@ pub(crate) async fn with_call_journal<F: Future>(
 
 /// Called by the engine before a tool call claims its key: hands the call to the journal
 /// of the run it is made in, if any.
-pub(crate) async fn journal_call(tool: &str, key: &str) -> Result<(), crate::Error> {
+pub(crate) async fn journal_call(
+    tool: &'static crate::spec::ToolSpec,
+    key: &str,
+) -> Result<(), crate::Error> {
     let Some(journal) = CALL_JOURNAL.try_with(Clone::clone).ok().flatten() else {
         return Ok(());
     };

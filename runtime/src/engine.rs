@@ -575,7 +575,7 @@ where
     };
     telemetry.key(&call.key);
     report(&slot, |r| r.key = Some(call.key.clone()));
-    if let Err(e) = ambient::journal_call(call.spec.name, &call.key).await {
+    if let Err(e) = ambient::journal_call(call.spec, &call.key).await {
         telemetry.decided(Decision::Rejected);
         return Err(fail(telemetry, e));
     }

@@ -81,6 +81,12 @@ impl ToolDescriptor {
         self.reconcile.is_some()
     }
 
+    /// Whether the tool declares `compensate = path`: called inside a run, its call can be
+    /// undone by the run's compensation (README "Compensation").
+    pub fn is_compensable(&self) -> bool {
+        self.spec.compensate.is_some()
+    }
+
     pub(crate) fn reconcile_fn(&self) -> Option<ReconcileFn> {
         self.reconcile
     }
@@ -207,6 +213,7 @@ impl ToolDescriptor {
             "task": self.task_support().as_str(),
             "approval": self.approval().as_str(),
             "approvalExpiresSeconds": self.spec.approval_expires.as_secs(),
+            "compensable": self.is_compensable(),
         })
     }
 

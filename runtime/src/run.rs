@@ -13,14 +13,17 @@
 //! Steps and tool calls inside a run must be sequential (awaited one after another), as in
 //! every journaling system: positions are handed out in call order.
 //!
-//! A step may declare its undo ([`Run::step_with_undo`]); a run that fails is compensated
-//! by [`Run::compensate`], which undoes its completed steps in reverse order (see
-//! [`undo`]'s docs and README "Compensation").
+//! A step may declare its undo ([`Run::step_with_undo`]), and so may a tool
+//! (`#[mutating_tool(compensate = path)]`, registered for each of its calls made in
+//! [`Run::enter`]); a run that fails is compensated by [`Run::compensate`], which undoes its
+//! completed steps and tool calls in reverse order (see [`undo`]'s docs and README
+//! "Compensation").
 
 mod undo;
 
 pub use undo::{
-    Compensation, CompensationState, IntoUndo, StepCompensation, Undo, UndoContext, UndoOutcome,
+    CompensateFn, Compensation, CompensationState, IntoUndo, StepCompensation, Undo, UndoContext,
+    UndoOutcome,
 };
 
 use core::future::Future;
@@ -38,7 +41,7 @@ use crate::ambient::{self, CallJournal};
 use crate::error::Error;
 use crate::key::KeyBuilder;
 use crate::lease::{self, Acquired, KeepAlive, Lease, OnBusy, Policy};
-use crate::spec::OnUnknown;
+use crate::spec::{OnUnknown, ToolSpec};
 use crate::store::{ClaimRequest, Record, RecordState, Store, StoreError};
 use crate::telemetry::{self, Decision, StepTelemetry};
 
@@ -216,7 +219,8 @@ pub struct JournalEntry {
     /// When the entry was recorded.
     pub at: SystemTime,
     /// The step's undo, when it declared one ([`Run::step_with_undo`], not
-    /// [`Undo::nothing`]): its key and where it stands (`Missing` until compensation runs it).
+    /// [`Undo::nothing`]), or the tool call's, when its tool has `compensate = path`: its key
+    /// and where it stands (`Missing` until compensation runs it).
     pub undo: Option<EntryUndo>,
 }
 
@@ -814,7 +818,8 @@ impl Run {
     }
 
     /// Runs `future` inside the run: `#[mutating_tool]` calls in it are scoped by the run
-    /// and recorded in its journal.
+    /// and recorded in its journal; a tool with `compensate = path` has its undo registered
+    /// for the call, so [`Run::compensate`] undoes it as it undoes a step.
     pub async fn enter<F: Future>(&self, future: F) -> F::Output {
         let journal: Arc<dyn CallJournal> = self.shared.clone();
         ambient::with_call_journal(Some(journal), self.shared.scoped(future)).await
@@ -1161,7 +1166,13 @@ impl Shared {
         self.compensating.store(true, Ordering::SeqCst);
         let reason = self.mark_compensating(reason).await?;
         let mut steps = Vec::new();
+        // A tool call repeated in the run with the same key (a replay of the first) is one
+        // call with one effect: visited once, at its newest entry.
+        let mut visited = std::collections::HashSet::new();
         for (entry, declared) in self.read_entries().await?.into_iter().rev() {
+            if !visited.insert(entry.key.clone()) {
+                continue;
+            }
             let outcome = match (entry.status, declared) {
                 // Released (it failed) or never recorded: nothing happened to undo.
                 (EntryStatus::Missing, _) => continue,
@@ -1201,13 +1212,35 @@ impl Shared {
             .unwrap_or_else(|p| p.into_inner())
             .remove(&entry.key);
         let Some(registered) = registered else {
-            return Err(undo::not_replayed(&self.name, &self.key, &entry.name));
+            let kind = match entry.kind {
+                EntryKind::Tool => "tool call",
+                _ => "step",
+            };
+            return Err(undo::not_replayed(&self.name, &self.key, kind, &entry.name));
         };
         let Some(action) = registered.action else {
             return Ok(UndoOutcome::NothingToUndo);
         };
         let key = undo_key(&entry.key, &self.name, self.options.version)?;
         let label = format!("{}/{}/undo", self.name, entry.name);
+        // What the undo is handed: the entry's stored result and arguments (read first: a
+        // tool call that stored its error has nothing to undo, and claims no undo key).
+        let done = match self.store.lookup(&entry.key).await {
+            Ok(Some(record)) => {
+                if let RecordState::Completed { is_error: true, .. } = record.state {
+                    return Ok(UndoOutcome::NothingToUndo);
+                }
+                undo::Done {
+                    result: decode_result(&label, &entry.key, &record)?,
+                    args: record.args,
+                }
+            }
+            Ok(None) => undo::Done {
+                result: Value::Null,
+                args: "{}".to_owned(),
+            },
+            Err(e) => return Err(store_error(&label, &entry.key, e)),
+        };
         let fail = |e| store_error(&label, &key, e);
         let req = ClaimRequest {
             key: &key,
@@ -1237,14 +1270,6 @@ impl Shared {
                 return Err(unexpected(&label, &key))
             }
         };
-        let step = match self.store.lookup(&entry.key).await {
-            Ok(Some(record)) => decode_result(&label, &entry.key, &record)?,
-            Ok(None) => Value::Null,
-            Err(e) => {
-                let _ = held.release().await;
-                return Err(store_error(&label, &entry.key, e));
-            }
-        };
         let cx = UndoContext {
             key: key.clone(),
             step: entry.name.clone(),
@@ -1255,7 +1280,13 @@ impl Shared {
             if let Some(verify) = registered.verify {
                 let body = Box::pin(ambient::with_call_journal(
                     None,
-                    self.scoped(verify(step.clone(), cx.clone())),
+                    self.scoped(verify(
+                        undo::Done {
+                            result: done.result.clone(),
+                            args: done.args.clone(),
+                        },
+                        cx.clone(),
+                    )),
                 ));
                 match held.heartbeat(body).await {
                     Ok(Some(found)) => {
@@ -1274,7 +1305,7 @@ impl Shared {
         // Tool calls inside an undo are not journaled one by one: the undo's result is.
         let body = Box::pin(ambient::with_call_journal(
             None,
-            self.scoped(action(step, cx)),
+            self.scoped(action(done, cx)),
         ));
         let out = held.heartbeat(body).await;
         self.record_undo(held, &label, &key, out).await
@@ -1358,18 +1389,29 @@ impl Shared {
 
 /// Inside [`Run::enter`] (outside any step), each tool call takes the next journal
 /// position before it claims its key: the engine calls this through
-/// [`ambient::journal_call`], without knowing about runs.
+/// [`ambient::journal_call`], without knowing about runs. A tool with `compensate` has its
+/// undo registered for the entry, as [`Run::step_with_undo`] registers a step's.
 impl CallJournal for Shared {
     fn record<'a>(
         &'a self,
-        tool: &'a str,
+        tool: &'static ToolSpec,
         key: &'a str,
     ) -> core::pin::Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>> {
         Box::pin(async move {
             if self.compensating.load(Ordering::SeqCst) {
-                self.replay_only(tool, key).await?;
+                self.replay_only(tool.name, key).await?;
             }
-            self.journal(EntryKind::Tool, tool, key, None).await
+            let declared = tool.compensate.map(|_| Declared::Undo);
+            self.journal(EntryKind::Tool, tool.name, key, declared)
+                .await?;
+            if let Some(compensate) = tool.compensate {
+                // Registered whether the call runs now or replays, as a step's undo is.
+                self.undos
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(key.to_owned(), undo::Registered::tool(compensate));
+            }
+            Ok(())
         })
     }
 }

@@ -138,6 +138,9 @@ pub struct ToolSpec {
     /// How long an approval request stays open, and how long a given approval may be used
     /// by the call's retry (`approval_expires`, default 24 h).
     pub approval_expires: Duration,
+    /// The undo of `compensate = path`: registered for the call's journal entry when the
+    /// tool is called inside a run; `None` without the option.
+    pub compensate: Option<crate::run::CompensateFn>,
     pub location: SourceLocation,
 }
 
@@ -172,6 +175,7 @@ impl ToolSpec {
             task: TaskSupport::Forbidden,
             approval: ApprovalRule::Default,
             approval_expires: Duration::from_secs(86_400),
+            compensate: None,
             location,
         }
     }

@@ -109,7 +109,7 @@ form=(-d user_id=7 -d cart.id=cart-1 -d cart.items.0.sku=coffee-beans -d cart.it
 order_json='{"user_id":7,"cart":{"id":"cart-1","items":[{"sku":"coffee-beans","qty":2,"unit_cents":1250}]},"note":"ring twice"}'
 browser=(-H 'Accept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8' -H 'Sec-Fetch-Site: same-origin')
 
-echo "== the shop, one tenant (refunds sleep 3 s after the effect)"
+echo "== the shop, one tenant (refunds sleep 6 s after the effect)"
 start shop shop.db SHOP_REFUND_DELAY_MS=6000 --
 
 req GET / "${browser[@]}"

@@ -305,6 +305,8 @@ async def tools_are_listed_with_annotations_and_contract(h: Harness) -> None:
         charge_contract = (charge.meta or {}).get(CONTRACT, {})
         check(charge_contract.get("keyFields") == ["order_id"] and charge_contract.get("leaseSeconds") == 2, f"charge_card contract: {charge_contract}")
         check("verify" in charge_contract, f"charge_card contract has no `verify`: {charge_contract}")
+        # `compensate = path`: a run's compensation can undo a charge, not an order.
+        check(charge_contract.get("compensable") is True and contract.get("compensable") is False, f"compensable: {charge_contract} / {contract}")
         get = tools["get_order"]
         check(get.annotations and get.annotations.read_only_hint is True, f"get_order annotations: {get.annotations}")
         check((get.meta or {}).get(CONTRACT) == {"kind": "read_only"}, f"get_order contract: {get.meta}")

@@ -541,12 +541,56 @@ mod shop {
 
     tool!(PLACE, PLACE_SPEC, "place_order", TaskSupport::Optional);
     tool!(PLAIN, PLAIN_SPEC, "place_plain", TaskSupport::Forbidden);
+
+    /// The undo of `place_undoable`, as `compensate = path` builds one (never called here).
+    fn unplace(
+        _args: String,
+        _output: String,
+        _cx: crate::UndoContext,
+    ) -> core::pin::Pin<Box<dyn core::future::Future<Output = Result<Value, String>> + Send>> {
+        Box::pin(async { Ok(Value::Null) })
+    }
+
+    static UNDOABLE_SPEC: ToolSpec = ToolSpec {
+        compensate: Some(unplace),
+        ..spec("place_undoable", TaskSupport::Forbidden)
+    };
+    /// `place_plain` with `compensate`.
+    pub(super) static UNDOABLE: ToolDescriptor = ToolDescriptor::new(
+        &UNDOABLE_SPEC,
+        Some(|args| builder(&UNDOABLE_SPEC, args).0.key()),
+        |_: &Context, args| invoke(&UNDOABLE_SPEC, args),
+        input_schema,
+        output_schema,
+    );
     tool!(
         ONLY_AS_TASK,
         ONLY_AS_TASK_SPEC,
         "place_only_as_task",
         TaskSupport::Required
     );
+}
+
+/// `compensable` in the idempotency contract of `tools/list` says which tools a run's
+/// compensation can undo (`compensate = path`); a read-only tool's contract stays as it was.
+#[tokio::test]
+async fn tools_list_says_which_tools_can_be_undone() {
+    let registry = Registry::from_tools([&shop::PLAIN, &shop::UNDOABLE, &fixtures::SEVEN]).unwrap();
+    let mut client = Client::connect(McpServer::new(registry), false).await;
+    let tools = client.result("tools/list", json!({})).await;
+    let contract = |name: &str| {
+        tools["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .map(|t| t["_meta"][IDEMPOTENCY_META_KEY].clone())
+            .unwrap()
+    };
+    assert_eq!(contract("place_undoable")["compensable"], true);
+    assert_eq!(contract("place_plain")["compensable"], false);
+    assert_eq!(contract("seven"), json!({"kind": "read_only"}));
+    client.close().await;
 }
 
 /// A server of the shop's tools on `store` (shared by servers built from the same one, as

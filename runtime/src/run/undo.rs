@@ -24,12 +24,31 @@ pub(crate) const UNDO_CONTRACT: &str = "tool-contracts/undo/v1";
 pub(crate) const COMPENSATION_CONTRACT: &str = "tool-contracts/compensation/v1";
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
-type UndoFn = Box<dyn FnOnce(Value, UndoContext) -> BoxFuture<Result<Value, String>> + Send>;
+type UndoFn = Box<dyn FnOnce(Done, UndoContext) -> BoxFuture<Result<Value, String>> + Send>;
 type VerifyFn =
-    Box<dyn FnOnce(Value, UndoContext) -> BoxFuture<Result<Option<Value>, String>> + Send>;
+    Box<dyn FnOnce(Done, UndoContext) -> BoxFuture<Result<Option<Value>, String>> + Send>;
+
+/// What compensation hands an undo about the entry it undoes, read from the entry's record:
+/// its stored result, and the arguments stored with it (a tool call's JSON arguments; `{}`
+/// for a step).
+pub(crate) struct Done {
+    pub(crate) result: Value,
+    pub(crate) args: String,
+}
+
+/// The undo of a `#[mutating_tool(compensate = path)]`, as its expansion builds it: called
+/// with the call's stored JSON arguments and stored result (JSON text) and the
+/// [`UndoContext`]; decodes them, calls the user's undo, and answers its result as JSON or
+/// its error's message. Not public API (the field of `ToolSpec` that holds it is hidden).
+#[doc(hidden)]
+pub type CompensateFn = fn(
+    args: String,
+    output: String,
+    cx: UndoContext,
+) -> Pin<Box<dyn Future<Output = Result<Value, String>> + Send>>;
 
 /// What an undo is told about itself: its key, to forward downstream (a refund's own
-/// idempotency key), and the step it undoes.
+/// idempotency key), and the step (or tool call, for a tool's `compensate` undo) it undoes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UndoContext {
     pub(crate) key: String,
@@ -45,12 +64,12 @@ impl UndoContext {
         &self.key
     }
 
-    /// The name of the step being undone.
+    /// The name of the step being undone (the tool's name, for a tool call's undo).
     pub fn step(&self) -> &str {
         &self.step
     }
 
-    /// The key of the step being undone.
+    /// The key of the step (or tool call) being undone.
     pub fn step_key(&self) -> &str {
         &self.step_key
     }
@@ -93,7 +112,7 @@ impl<T: DeserializeOwned + 'static> Undo<T> {
         R: Serialize,
         E: core::fmt::Display,
     {
-        let action: UndoFn = Box::new(move |step, cx| match decode::<T>(&step) {
+        let action: UndoFn = Box::new(move |done: Done, cx| match decode::<T>(&done.result) {
             Err(e) => Box::pin(async move { Err(e) }),
             Ok(step) => {
                 let undo = f(step, cx);
@@ -134,18 +153,20 @@ impl<T: DeserializeOwned + 'static> Undo<T> {
         R: Serialize,
         E: core::fmt::Display,
     {
-        self.verify = Some(Box::new(move |step, cx| match decode::<T>(&step) {
-            Err(e) => Box::pin(async move { Err(e) }),
-            Ok(step) => {
-                let check = verify(step, cx);
-                Box::pin(async move {
-                    match check.await.map_err(|e| e.to_string())? {
-                        Some(found) => serde_json::to_value(found).map(Some).map_err(|e| {
-                            format!("the verified undo's result cannot be stored as JSON: {e}")
-                        }),
-                        None => Ok(None),
-                    }
-                })
+        self.verify = Some(Box::new(move |done: Done, cx| {
+            match decode::<T>(&done.result) {
+                Err(e) => Box::pin(async move { Err(e) }),
+                Ok(step) => {
+                    let check = verify(step, cx);
+                    Box::pin(async move {
+                        match check.await.map_err(|e| e.to_string())? {
+                            Some(found) => serde_json::to_value(found).map(Some).map_err(|e| {
+                                format!("the verified undo's result cannot be stored as JSON: {e}")
+                            }),
+                            None => Ok(None),
+                        }
+                    })
+                }
             }
         }));
         self
@@ -193,6 +214,20 @@ pub(crate) struct Registered {
     pub(crate) on_unknown: OnUnknown,
 }
 
+impl Registered {
+    /// The undo of a tool call made inside a run, from its tool's `compensate`: no
+    /// `verify`, and an unknown outcome stays unknown (the run then needs intervention).
+    pub(crate) fn tool(compensate: CompensateFn) -> Self {
+        Registered {
+            action: Some(Box::new(move |done: Done, cx| {
+                compensate(done.args, done.result.to_string(), cx)
+            })),
+            verify: None,
+            on_unknown: OnUnknown::Fail,
+        }
+    }
+}
+
 impl<T> From<Undo<T>> for Registered {
     fn from(undo: Undo<T>) -> Self {
         Registered {
@@ -233,7 +268,9 @@ pub enum UndoOutcome {
         /// The undo's stored result.
         result: Value,
     },
-    /// The step declared it has nothing to undo ([`Undo::nothing`]).
+    /// The step declared it has nothing to undo ([`Undo::nothing`]), or a tool call whose
+    /// tool has `compensate` ended with an error it stored (`cache_errors`): it failed, so
+    /// there is no output to undo and its undo is not called.
     NothingToUndo,
     /// The step (or a tool call made in the run outside any step) completed and has no
     /// undo: needs intervention.
@@ -299,10 +336,10 @@ pub(crate) struct Stored {
 }
 
 /// The undo context and a failure for an undo that has no registered closure.
-pub(crate) fn not_replayed(run: &str, key: &str, step: &str) -> Error {
+pub(crate) fn not_replayed(run: &str, key: &str, kind: &str, step: &str) -> Error {
     Error::RunCompensating {
         run: run.to_owned(),
         key: key.to_owned(),
-        message: format!("the step `{step}` declared an undo, but this handle did not run or replay it before `compensate`; replay every step of the run (finished steps return their stored results) before compensating"),
+        message: format!("the {kind} `{step}` declared an undo, but this handle did not run or replay it before `compensate`; replay every step and tool call of the run (finished ones return their stored results) before compensating"),
     }
 }

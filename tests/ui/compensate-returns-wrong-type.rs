@@ -1,0 +1,22 @@
+use tool_contracts::{mutating_tool, UndoContext};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ShopError {
+    #[error(transparent)]
+    Tool(#[from] tool_contracts::Error),
+}
+
+pub struct Refunded;
+
+// The undo answers `Result<R, E>` with `R: Serialize` (stored under the undo's key) and
+// `E: Display`.
+#[mutating_tool(idempotency_key_fields = [order_id], compensate = cancel_order)]
+pub async fn place_order(order_id: u64) -> Result<u64, ShopError> {
+    Ok(order_id)
+}
+
+pub async fn cancel_order(_order_id: &u64, _placed: &u64, _cx: UndoContext) -> Refunded {
+    Refunded
+}
+
+fn main() {}
