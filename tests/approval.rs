@@ -268,7 +268,7 @@ async fn another_scope_cannot_see_or_decide_the_request() {
 async fn recovery_leaves_approval_requests_alone() {
     with_store(MemoryStore::new(), async {
         let key = awaiting(refund_order(6, 10).await);
-        let report = tool_contracts::recover_once(&registry()).await.unwrap();
+        let report = tool_contracts::recover_once(registry()).await.unwrap();
         assert!(
             report.unresolved.is_empty(),
             "a request is not an unknown outcome: {report:?}"
