@@ -252,21 +252,31 @@ async fn shutdown() {
     }
 }
 
-/// `GET /`: a plain HTML form that posts to `create_order`, its field names the dotted
-/// paths of the tool's arguments. No script: the browser posts, follows the `303` and
-/// shows the operation page.
-async fn order_form() -> Html<&'static str> {
-    Html(
+/// A page of this shop: the same head and style around `body`.
+fn page(title: &str, body: &str) -> Html<String> {
+    Html(format!(
         r#"<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>http_shop: place an order</title>
-<style>body{font-family:system-ui,sans-serif;max-width:40rem;margin:2rem auto;padding:0 1rem}label{display:block;margin:.5rem 0}</style>
+<title>http_shop: {title}</title>
+<style>body{{font-family:system-ui,sans-serif;max-width:40rem;margin:2rem auto;padding:0 1rem}}label{{display:block;margin:.5rem 0}}</style>
 </head>
 <body>
-<h1>Place an order</h1>
+{body}</body>
+</html>
+"#
+    ))
+}
+
+/// `GET /`: a plain HTML form that posts to `create_order`, its field names the dotted
+/// paths of the tool's arguments. No script: the browser posts, follows the `303` and
+/// shows the operation page.
+async fn order_form() -> Html<String> {
+    page(
+        "place an order",
+        r#"<h1>Place an order</h1>
 <p>Submit once, reload the page you land on, go back and submit again: the
 <a href="ledger">ledger</a> shows one order, because the order is keyed on the user and
 the cart.</p>
@@ -286,8 +296,6 @@ the cart.</p>
 <button type="submit">Place order</button>
 </form>
 <p><a href="refund">Refund an order</a> (a person approves each refund first).</p>
-</body>
-</html>
 "#,
     )
 }
@@ -295,18 +303,10 @@ the cart.</p>
 /// `GET /refund`: a plain HTML form that posts to `refund_order`, which needs a person's
 /// approval: the browser lands on the operation page, awaiting approval, with the forms
 /// that approve or deny it.
-async fn refund_form() -> Html<&'static str> {
-    Html(
-        r#"<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>http_shop: refund an order</title>
-<style>body{font-family:system-ui,sans-serif;max-width:40rem;margin:2rem auto;padding:0 1rem}label{display:block;margin:.5rem 0}</style>
-</head>
-<body>
-<h1>Refund an order</h1>
+async fn refund_form() -> Html<String> {
+    page(
+        "refund an order",
+        r#"<h1>Refund an order</h1>
 <p>A person approves every refund before it runs: you land on the refund's page, where it
 can be approved or denied. Approving it runs it once; the <a href="ledger">ledger</a> shows
 one refund however often the page is reloaded or the form sent.</p>
@@ -316,8 +316,6 @@ one refund however often the page is reloaded or the form sent.</p>
 <label>Reason <input name="reason" value="arrived damaged" required></label>
 <button type="submit">Ask for the refund</button>
 </form>
-</body>
-</html>
 "#,
     )
 }
