@@ -489,7 +489,12 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
     let result = private("__tc_result");
     let lifetime = Lifetime::new("'__tc", Span::mixed_site());
     let ok = c.ok;
-    let fn_name = &c.model.func.sig.ident;
+    // The tool named with `mixed_site` hygiene: it resolves to the function item, never to
+    // a parameter of the same name (`async fn refund(refund: Refund)`), which a nested fn
+    // item cannot capture (E0434). Located at the user's name for messages.
+    let user_name = &c.model.func.sig.ident;
+    let mut fn_name = user_name.clone();
+    fn_name.set_span(Span::mixed_site().located_at(user_name.span()));
 
     let mut lets = TokenStream::new();
     let mut call_args = Vec::new();

@@ -82,6 +82,18 @@ pub(crate) fn required_by_rule(spec: &ToolSpec) -> bool {
     }
 }
 
+/// Whether a call of the tool named `tool` may ever have asked for approval: its rule
+/// is not `never` (a policy, `required`, or `destructive` under the process-wide policy).
+/// An unknown name (a run, a step, an `IdempotencyLayer` route) never asks. Lets a read of
+/// a call's operation skip the approval record of tools that never ask.
+pub(crate) fn may_ask(tool: &str) -> bool {
+    crate::contracts::spec_of(tool).is_some_and(|spec| {
+        spec.kind == crate::spec::ToolKind::Mutating
+            && (spec.approval != ApprovalRule::Never
+                && (spec.approval != ApprovalRule::Default || spec.destructive))
+    })
+}
+
 /// The rule a descriptor shows (`_meta`): the process-wide policy applied.
 pub(crate) fn effective_rule(spec: &ToolSpec) -> ApprovalRule {
     match spec.approval {

@@ -76,6 +76,16 @@ pub(crate) fn check_unique(name: &str) -> Result<(), Error> {
     }
 }
 
+/// The contract of the tool named `name` in this program, if exactly one has that name.
+pub(crate) fn spec_of(name: &str) -> Option<&'static ToolSpec> {
+    let mut specs = inventory::iter::<ContractEntry>
+        .into_iter()
+        .map(|e| e.0)
+        .filter(|spec| spec.name == name);
+    let spec = specs.next()?;
+    specs.next().is_none().then_some(spec)
+}
+
 /// The first name shared by two contracts anywhere in the program, if any.
 pub(crate) fn first_duplicate() -> Option<Error> {
     duplicates().first().map(duplicate_error)

@@ -354,9 +354,14 @@ async fn read(label: &str, key: &str, with_history: bool) -> Result<Option<Opera
         Some(o) if !ambient::may_read(scope.as_deref(), o.record.scope.as_deref()) => None,
         other => other,
     };
-    let approval = crate::approval::observe(&store, scope.as_deref(), key)
-        .await
-        .map_err(store_error)?;
+    // The approval record: always when the call's own key is absent (it may be waiting or
+    // denied), else only for a tool that may ask (no second read for the others).
+    let approval = match &observed {
+        Some(o) if !crate::approval::may_ask(&o.record.tool) => None,
+        _ => crate::approval::observe(&store, scope.as_deref(), key)
+            .await
+            .map_err(store_error)?,
+    };
     let approval_history = match (&approval, with_history) {
         (Some((approval_key, _)), true) => {
             let mut events = store.history(approval_key).await.map_err(store_error)?;

@@ -18,15 +18,15 @@ pub struct Refund {
 }
 
 /// Above ten euros, a person approves.
-pub fn above_ten_euros(refund: &Refund, _note: &Option<String>) -> bool {
-    refund.cents > 1000
+pub fn above_ten_euros(request: &Refund, _note: &Option<String>) -> bool {
+    request.cents > 1000
 }
 
 /// Refunds an order.
-#[mutating_tool(idempotency_key_fields = [refund.order_id], approval = above_ten_euros, approval_expires = "2h")]
-pub async fn refund(refund: Refund, note: Option<String>) -> Result<u64, ShopError> {
+#[mutating_tool(idempotency_key_fields = [request.order_id], approval = above_ten_euros, approval_expires = "2h")]
+pub async fn refund(request: Refund, note: Option<String>) -> Result<u64, ShopError> {
     let _ = note;
-    Ok(refund.cents)
+    Ok(request.cents)
 }
 
 /// Deletes an account.
