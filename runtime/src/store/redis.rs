@@ -606,8 +606,10 @@ impl RedisStoreBuilder {
             .map_err(|e| {
                 StoreError::unavailable(format!("cannot connect to redis at {addr}"), e)
             })?;
+        let mut conn = Conn::Single(conn);
+        refuse_cluster_node(&mut conn, &addr).await?;
         let layout = Layout::standalone(&self.prefix);
-        self.finish(Conn::Single(conn), addr, layout).await
+        self.finish(conn, addr, layout).await
     }
 
     async fn connect_cluster(self, nodes: Vec<String>) -> StoreResult<RedisStore> {
@@ -684,6 +686,20 @@ fn strip_persistence_opt_in(url: &str) -> (String, bool) {
         format!("{base}?{}", kept.join("&"))
     };
     (url, found)
+}
+
+/// Refuses a node of a Redis Cluster reached by a plain URL: that connection would reach
+/// only the keys of the node's own slots (the others answer `MOVED`). A server that will
+/// not say (`INFO` refused) is taken for a standalone one.
+async fn refuse_cluster_node(conn: &mut Conn, addr: &str) -> StoreResult {
+    let info: Result<String, _> = redis::cmd("INFO").arg("cluster").query_async(conn).await;
+    let clustered = info.is_ok_and(|text| text.lines().any(|l| l.trim() == "cluster_enabled:1"));
+    if clustered {
+        return Err(StoreError::unavailable_message(format!(
+            "redis at {addr} is a Redis Cluster node: a connection to one node reaches only the keys of its own slots. Connect with `redis+cluster://{addr}` (any nodes of the cluster, comma-separated) or `RedisStore::cluster_builder([\"redis://{addr}\"])`"
+        )));
+    }
+    Ok(())
 }
 
 /// Refuses a server without an append-only file unless `allowed`; warns (once) when its
