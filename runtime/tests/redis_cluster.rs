@@ -337,3 +337,169 @@ async fn a_cluster_is_named_by_url_or_nodes_and_checked_on_connect() {
         other => panic!("expected a refusal, got {other:?}"),
     }
 }
+
+/// `CLUSTER MYID` of a node.
+async fn node_id(conn: &mut MultiplexedConnection) -> String {
+    redis::cmd("CLUSTER")
+        .arg("MYID")
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
+/// Moves `keys` from the node of `conn` to the node on `port` (the slot already marked
+/// migrating there and importing here), as `redis-cli --cluster reshard` does.
+async fn migrate(conn: &mut MultiplexedConnection, port: u16, keys: &[&str]) {
+    let _: () = redis::cmd("MIGRATE")
+        .arg("127.0.0.1")
+        .arg(port)
+        .arg("")
+        .arg(0)
+        .arg(5000)
+        .arg("KEYS")
+        .arg(keys)
+        .query_async(conn)
+        .await
+        .unwrap();
+}
+
+/// A resharding caught in the middle: the slot of a bucket is moving from one primary to
+/// another, and the bucket's indexes and counter have moved, with one pending key's record
+/// and history (`ahead`), while another pending key (`behind`) has not. A claim of
+/// `behind` would touch both halves and fails closed (`TRYAGAIN`); a listing and a purge
+/// run on the importing node (after an `ASK`), where `behind`'s record is not yet, and
+/// must not drop its pending entry as if the record were gone; once the slot has moved
+/// both keys are listed again and `behind`'s holder completes it on the new primary (the
+/// client follows `MOVED`). A cluster of its own: the slot's state would disturb the
+/// other tests' keys of that bucket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_moving_between_primaries_keeps_its_pending_keys_and_fails_closed_while_split() {
+    let Some(cluster) = LocalCluster::start("the Redis Cluster slot migration test") else {
+        return;
+    };
+    let prefix = format!("{}:", conformance::unique("tc-move"));
+    // More re-sends than the default 2: the redis crate sends `ASKING` as a command of its
+    // own on the node's multiplexed connection, so a script sent there at the same moment
+    // (`pending` has 32 in flight) can take its one-time flag, and the redirected script
+    // comes back `MOVED` and goes round again.
+    let store = RedisStore::cluster_builder(cluster.node_urls())
+        .prefix(&prefix)
+        .allow_without_persistence()
+        .reconnect_attempts(16)
+        .connect()
+        .await
+        .unwrap();
+    let mut nodes = nodes(&cluster).await;
+    // Pending keys until two share a bucket (256 buckets: a few dozen keys do it).
+    let mut tokens = BTreeMap::new();
+    let mut by_bucket: BTreeMap<String, Vec<(usize, String)>> = BTreeMap::new();
+    let (a, bucket) = 'found: {
+        for i in 0..400 {
+            let key = format!("moving-{i}");
+            tokens.insert(key.clone(), conformance::acquire(&store, req(&key)).await);
+            for (n, (_, conn)) in nodes.iter_mut().enumerate() {
+                if let Some(record) = keys_on(conn, &format!("{prefix}*r:{key}")).await.pop() {
+                    let bucket = record.strip_suffix(&format!("r:{key}")).unwrap().to_owned();
+                    let keys = by_bucket.entry(bucket.clone()).or_default();
+                    keys.push((n, key.clone()));
+                    if keys.len() == 2 {
+                        break 'found (n, bucket);
+                    }
+                }
+            }
+        }
+        panic!("400 keys and no two in one of 256 buckets");
+    };
+    let (behind, ahead) = (
+        by_bucket[&bucket][0].1.clone(),
+        by_bucket[&bucket][1].1.clone(),
+    );
+    let b = (a + 1) % PRIMARIES;
+    let slot = slot_of(&mut nodes[a].1, &format!("{bucket}token")).await;
+    let (a_id, b_id) = (
+        node_id(&mut nodes[a].1).await,
+        node_id(&mut nodes[b].1).await,
+    );
+    let port_b = nodes[b].0;
+    let setslot = |state: &str, id: &str| {
+        let mut cmd = redis::cmd("CLUSTER");
+        cmd.arg("SETSLOT").arg(slot).arg(state).arg(id);
+        cmd
+    };
+    let _: () = setslot("IMPORTING", &a_id)
+        .query_async(&mut nodes[b].1)
+        .await
+        .unwrap();
+    let _: () = setslot("MIGRATING", &b_id)
+        .query_async(&mut nodes[a].1)
+        .await
+        .unwrap();
+    let names = |key: &str| [format!("{bucket}r:{key}"), format!("{bucket}h:{key}")];
+    let mut first_half = vec![
+        format!("{bucket}pending"),
+        format!("{bucket}expiry"),
+        format!("{bucket}token"),
+    ];
+    first_half.extend(names(&ahead));
+    let first_half: Vec<&str> = first_half.iter().map(String::as_str).collect();
+    migrate(&mut nodes[a].1, port_b, &first_half).await;
+
+    // With the default 2 re-sends (the listing store's 16 would wait out the timeout).
+    let strict = RedisStore::cluster_builder(cluster.node_urls())
+        .prefix(&prefix)
+        .allow_without_persistence()
+        .connect()
+        .await
+        .unwrap();
+    match strict.claim(req(&behind)).await {
+        Err(StoreError::Unavailable(e)) => {
+            let cause = format!("{e:?}");
+            assert!(cause.contains("TryAgain"), "{cause}");
+        }
+        other => panic!("a claim across the split must fail closed, got {other:?}"),
+    }
+    let listed: Vec<String> = store
+        .pending(1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.key)
+        .collect();
+    assert!(
+        listed.contains(&ahead) && !listed.contains(&behind),
+        "{listed:?}"
+    );
+    store.purge_expired().await.unwrap();
+
+    let second_half = names(&behind);
+    let second_half: Vec<&str> = second_half.iter().map(String::as_str).collect();
+    migrate(&mut nodes[a].1, port_b, &second_half).await;
+    for i in [b, a, (b + 1) % PRIMARIES] {
+        let _: () = setslot("NODE", &b_id)
+            .query_async(&mut nodes[i].1)
+            .await
+            .unwrap();
+    }
+    let listed: Vec<String> = store
+        .pending(1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.key)
+        .collect();
+    assert!(
+        listed.contains(&ahead) && listed.contains(&behind),
+        "both pending entries outlived the move: {listed:?}"
+    );
+    let done = conformance::completion("\"moved\"", Duration::from_secs(60));
+    store
+        .complete(&behind, tokens[&behind], done)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.claim(req(&behind)).await.unwrap(),
+        ClaimOutcome::Completed(_)
+    ));
+    let on_b = keys_on(&mut nodes[b].1, &format!("{bucket}*")).await;
+    assert!(on_b.contains(&format!("{bucket}r:{behind}")), "{on_b:?}");
+}
