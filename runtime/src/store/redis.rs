@@ -1056,8 +1056,8 @@ impl Store for RedisStore {
     }
 
     /// The in-progress records, oldest first. On a cluster each bucket is listed by a
-    /// script of its own ([`BUCKETS`](keys::BUCKETS) scripts, up to [`FAN_OUT`] at a time,
-    /// each returning at most `limit` records) and the lists are merged by creation time.
+    /// script of its own (256 scripts, up to 32 at a time, each returning at most `limit`
+    /// records) and the lists are merged by creation time.
     async fn pending(&self, limit: usize) -> StoreResult<Vec<Record>> {
         if limit == 0 {
             return Ok(Vec::new());
@@ -1124,7 +1124,7 @@ impl Store for RedisStore {
     /// Records that vanished before their expiry (eviction, `DEL`) keep their index
     /// entries until that expiry, then are counted like the rest. Runs in batches of a
     /// few hundred keys, each one script, so a large purge never blocks the server for
-    /// long; on a cluster, each bucket on its own (up to [`FAN_OUT`] at a time).
+    /// long; on a cluster, each bucket on its own (up to 32 at a time).
     async fn purge_expired(&self) -> StoreResult<u64> {
         let all = self.layout.all();
         stream::iter(0..all.len())
