@@ -14,9 +14,11 @@
 //! leases are timing-dependent there.
 //!
 //! Durable backends: `--features sqlite` (a temporary file), `--features redis` with
-//! `TOOL_CONTRACTS_REDIS_URL` (and a local Redis Cluster the test starts itself), `--features postgres` with `TOOL_CONTRACTS_POSTGRES_URL`
-//! (or the servers on their default local ports); without a server the test skips with a
-//! visible notice (and fails if `CI` is set): see `tests/support/mod.rs`.
+//! `TOOL_CONTRACTS_REDIS_URL` (and a local Redis Cluster the test starts itself,
+//! `tests/support/redis_cluster.rs`), `--features postgres` with
+//! `TOOL_CONTRACTS_POSTGRES_URL` (or the servers on their default local ports); without a
+//! server the test skips with a visible notice (and fails if `CI` is set): see
+//! `tests/support/mod.rs`.
 
 mod conformance;
 #[cfg(feature = "redis")]

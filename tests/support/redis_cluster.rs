@@ -45,17 +45,30 @@ impl LocalCluster {
     /// Starts a cluster of its own (see [`LocalCluster::shared`] for `None`).
     pub fn start(suite: &str) -> Option<LocalCluster> {
         for tool in ["redis-server", "redis-cli"] {
-            if let Err(e) = Command::new(tool).arg("--version").output() {
-                assert!(
-                    std::env::var_os("CI").is_none(),
-                    "{suite} needs {tool} (Redis 7.0 or later) to start a local Redis Cluster: {e}; CI never skips a backend"
-                );
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "\nSKIPPED {suite}: no {tool} to start a local Redis Cluster ({e})"
-                );
-                return None;
-            }
+            let version = Command::new(tool).arg("--version").output();
+            // `Redis server v=7.0.15 …`, `redis-cli 7.0.15`: 7.0 has `cluster-port`.
+            let major = version.as_ref().ok().and_then(|out| {
+                let text = String::from_utf8_lossy(&out.stdout).into_owned();
+                let number = text.split([' ', '=']).find(|w| w.contains('.'))?.to_owned();
+                number.split('.').next()?.parse::<u32>().ok()
+            });
+            let missing = match (&version, major) {
+                (Err(e), _) => format!("no {tool} ({e})"),
+                (Ok(_), Some(major)) if major >= 7 => continue,
+                (Ok(out), _) => format!(
+                    "{tool} is older than 7.0 ({})",
+                    String::from_utf8_lossy(&out.stdout).trim()
+                ),
+            };
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "{suite} needs redis-server and redis-cli 7.0 or later to start a local Redis Cluster: {missing}; CI never skips a backend"
+            );
+            let _ = writeln!(
+                std::io::stderr(),
+                "\nSKIPPED {suite}: cannot start a local Redis Cluster: {missing}"
+            );
+            return None;
         }
         let dir = std::env::temp_dir().join(crate::support::unique("tc-redis-cluster"));
         std::fs::create_dir_all(&dir).expect("a temporary directory for the cluster");
