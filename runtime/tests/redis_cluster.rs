@@ -503,3 +503,30 @@ async fn a_slot_moving_between_primaries_keeps_its_pending_keys_and_fails_closed
     let on_b = keys_on(&mut nodes[b].1, &format!("{bucket}*")).await;
     assert!(on_b.contains(&format!("{bucket}r:{behind}")), "{on_b:?}");
 }
+
+/// No server needed: a cluster named without a node, or with a database other than 0,
+/// is refused before anything connects, with what to write.
+#[tokio::test]
+async fn a_cluster_named_without_a_node_or_with_a_database_is_refused() {
+    for (result, says) in [
+        (
+            RedisStore::cluster_builder(Vec::<String>::new())
+                .connect()
+                .await,
+            "name at least one",
+        ),
+        (
+            RedisStore::connect("redis+cluster://").await,
+            "HOST:PORT,HOST:PORT",
+        ),
+        (
+            RedisStore::connect("redis+cluster://127.0.0.1:1/2").await,
+            "only database 0",
+        ),
+    ] {
+        match result {
+            Err(StoreError::Unavailable(e)) => assert!(e.to_string().contains(says), "{e}"),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+}

@@ -571,24 +571,22 @@ impl RedisStoreBuilder {
                 let (url, allowed_by_url) = strip_persistence_opt_in(url);
                 self.allow_without_persistence |= allowed_by_url;
                 match connection::cluster_nodes(&url) {
-                    Some(nodes) => Some(nodes.map_err(|why| {
+                    Some(nodes) => nodes.map_err(|why| {
                         StoreError::unavailable_message(format!("invalid redis URL: {why}"))
-                    })?),
+                    })?,
                     None => return self.connect_single(&url).await,
                 }
             }
-            Target::Cluster(nodes) => Some(
-                nodes
-                    .iter()
-                    .map(|node| {
-                        let (node, allowed_by_url) = strip_persistence_opt_in(node);
-                        self.allow_without_persistence |= allowed_by_url;
-                        node
-                    })
-                    .collect(),
-            ),
+            Target::Cluster(nodes) => nodes
+                .iter()
+                .map(|node| {
+                    let (node, allowed_by_url) = strip_persistence_opt_in(node);
+                    self.allow_without_persistence |= allowed_by_url;
+                    node
+                })
+                .collect(),
         };
-        self.connect_cluster(nodes.unwrap_or_default()).await
+        self.connect_cluster(nodes).await
     }
 
     async fn connect_single(self, url: &str) -> StoreResult<RedisStore> {
