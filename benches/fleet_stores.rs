@@ -11,6 +11,12 @@
 //!   autocommit `INSERT` of a record-shaped row (first calls) or one primary-key `SELECT`
 //!   (replays).
 //!
+//! - Redis Cluster: the same at concurrency 64 on a local cluster of three primaries that
+//!   the bench starts itself (`tests/support/redis_cluster.rs`; needs `redis-server`),
+//!   against `redis-benchmark --cluster` running the same scripts, each index and counter
+//!   key taken from the hash tag of the script's first key (as the store's buckets do).
+//!   Not in test mode (`cargo test --benches`).
+//!
 //! Needs `TOOL_CONTRACTS_REDIS_URL` (e.g. `redis://127.0.0.1:6379`) and
 //! `TOOL_CONTRACTS_POSTGRES_URL` (e.g. `postgres://postgres@127.0.0.1:5432/test`); without
 //! one, its half prints a loud SKIP line. Keys live under `tcbench:` (Redis) and tables
@@ -20,6 +26,10 @@
 #[allow(dead_code)]
 #[path = "common/mod.rs"]
 mod common;
+#[path = "../tests/support/redis_cluster.rs"]
+mod redis_cluster;
+#[path = "../tests/support/mod.rs"]
+mod support;
 #[allow(dead_code)]
 #[path = "common/tool.rs"]
 mod tool;
@@ -127,15 +137,30 @@ fn host_port(url: &str) -> (String, String) {
     }
 }
 
-/// Requests per second that `redis-benchmark` reaches for `EVALSHA sha 2 k1 k2 args...`.
+/// A ceiling script for Redis Cluster: its index and counter keys (`tcceil:…`) moved into
+/// the hash tag of its first key (`tcceil:{tag}r:…`), so all its keys share one slot.
+fn clustered(script: &str) -> String {
+    format!(
+        "local ns = string.match(KEYS[1], '^(.*}})')\n{}",
+        script.replace("'tcceil:", "ns .. '")
+    )
+}
+
+/// Requests per second that `redis-benchmark` reaches for `EVALSHA sha 2 k1 k2 args...`;
+/// with `cluster`, in cluster mode (`--cluster`, the keys under redis-benchmark's `{tag}`).
 fn redis_benchmark(
     url: &str,
     concurrency: usize,
     requests: u64,
     sha: &str,
     args: &[&str],
+    cluster: bool,
 ) -> Option<f64> {
     let (host, port) = host_port(url);
+    let keys = match cluster {
+        true => ["tcceil:{tag}r:__rand_int__", "tcceil:{tag}h:__rand_int__"],
+        false => ["tcceil:r:__rand_int__", "tcceil:h:__rand_int__"],
+    };
     let out = Command::new("redis-benchmark")
         .args(["-h", &host, "-p", &port, "-c", &concurrency.to_string()])
         .args([
@@ -146,13 +171,8 @@ fn redis_benchmark(
             "--csv",
             "-q",
         ])
-        .args([
-            "EVALSHA",
-            sha,
-            "2",
-            "tcceil:r:__rand_int__",
-            "tcceil:h:__rand_int__",
-        ])
+        .args(cluster.then_some("--cluster"))
+        .args(["EVALSHA", sha, "2", keys[0], keys[1]])
         .args(args)
         .output()
         .ok()?;
@@ -237,9 +257,9 @@ fn bench_redis(rt: &tokio::runtime::Runtime, mode: Mode, url: &str) {
     let result = r#"{"cart_id":"c-42","order_id":71,"total_cents":4999}"#;
     for c in concurrencies() {
         let (first, replays) = ours(rt, &store, c, mode.window(), c as u64 * 1_000_000_000);
-        let rc = redis_benchmark(url, c, requests, &claim, &[fp, args]);
-        let rk = redis_benchmark(url, c, requests, &complete, &[result]);
-        let rr = redis_benchmark(url, c, requests, &replay, &[]);
+        let rc = redis_benchmark(url, c, requests, &claim, &[fp, args], false);
+        let rk = redis_benchmark(url, c, requests, &complete, &[result], false);
+        let rr = redis_benchmark(url, c, requests, &replay, &[], false);
         match (rc, rk, rr) {
             (Some(rc), Some(rk), Some(rr)) => {
                 let first_ceiling = 1.0 / (1.0 / rc + 1.0 / rk);
@@ -264,6 +284,73 @@ fn bench_redis(rt: &tokio::runtime::Runtime, mode: Mode, url: &str) {
     drop(store);
     rt.block_on(redis_clean(&client, "tcbench:*"));
     rt.block_on(redis_clean(&client, "tcceil:*"));
+}
+
+/// `RedisStore` on a local three-primary cluster at concurrency 64, against
+/// `redis-benchmark --cluster` running the cluster forms of the ceiling scripts.
+fn bench_redis_cluster(rt: &tokio::runtime::Runtime, mode: Mode) {
+    if mode == Mode::Test {
+        println!("RedisStore on Redis Cluster: not measured in test mode");
+        return;
+    }
+    let Some(cluster) = redis_cluster::LocalCluster::start("the Redis Cluster bench") else {
+        return;
+    };
+    let store = Arc::new(
+        rt.block_on(
+            RedisStore::cluster_builder(cluster.node_urls())
+                .prefix("tcbench:")
+                .allow_without_persistence()
+                .connect(),
+        )
+        .expect("RedisStore on the cluster"),
+    );
+    // Each script on every primary (redis-benchmark sends EVALSHA to the slot's node).
+    let mut shas = Vec::new();
+    for body in [CEIL_CLAIM, CEIL_COMPLETE, CEIL_REPLAY] {
+        let body = clustered(body);
+        let mut sha = String::new();
+        for node in cluster.node_urls() {
+            let client = redis::Client::open(node).expect("node url");
+            sha = rt.block_on(load_script(&client, &body));
+        }
+        shas.push(sha);
+    }
+    let requests: u64 = match mode {
+        Mode::Full => 200_000,
+        _ => 40_000,
+    };
+    let fp = "cart.id=0123456789abcdef01234567;note=0123456789abcdef01234567;user_id=0123456789abcdef01234567";
+    let args = r#"{"cart":{"id":"c-42","items":["book"]},"note":"gift","user_id":7}"#;
+    let result = r#"{"cart_id":"c-42","order_id":71,"total_cents":4999}"#;
+    let seed = &cluster.node_urls()[0];
+    let c = 64;
+    let (first, replays) = ours(rt, &store, c, mode.window(), 70_000_000_000);
+    let rc = redis_benchmark(seed, c, requests, &shas[0], &[fp, args], true);
+    let rk = redis_benchmark(seed, c, requests, &shas[1], &[result], true);
+    let rr = redis_benchmark(seed, c, requests, &shas[2], &[], true);
+    match (rc, rk, rr) {
+        (Some(rc), Some(rk), Some(rr)) => {
+            let first_ceiling = 1.0 / (1.0 / rc + 1.0 / rk);
+            report(
+                &format!("RedisStore (cluster of 3) first call, conc {c}"),
+                first,
+                first_ceiling,
+            );
+            report(
+                &format!("RedisStore (cluster of 3) replay, conc {c}"),
+                replays,
+                rr,
+            );
+            println!(
+                "    redis-benchmark --cluster EVALSHA rates: claim-like {rc:.0}/s, complete-like {rk:.0}/s, replay-like {rr:.0}/s"
+            );
+        }
+        _ => {
+            println!("!!! redis-benchmark --cluster did not run or its output was not understood: no ceiling");
+            println!("RedisStore (cluster of 3), conc {c}: first call {first:.0} /s; replay {replays:.0} /s");
+        }
+    }
 }
 
 // ---------------------------------------------------------------- PostgreSQL
@@ -431,6 +518,7 @@ fn main() {
             "!!!!!!!! SKIPPED RedisStore benches: TOOL_CONTRACTS_REDIS_URL is not set (e.g. redis://127.0.0.1:6379) !!!!!!!!"
         ),
     }
+    bench_redis_cluster(&rt, mode);
     match env_url("TOOL_CONTRACTS_POSTGRES_URL") {
         Some(url) => {
             bench_postgres(&rt, mode, &url);

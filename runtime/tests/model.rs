@@ -14,11 +14,16 @@
 //! leases are timing-dependent there.
 //!
 //! Durable backends: `--features sqlite` (a temporary file), `--features redis` with
-//! `TOOL_CONTRACTS_REDIS_URL`, `--features postgres` with `TOOL_CONTRACTS_POSTGRES_URL`
-//! (or the servers on their default local ports); without a server the test skips with a
-//! visible notice (and fails if `CI` is set): see `tests/support/mod.rs`.
+//! `TOOL_CONTRACTS_REDIS_URL` (and a local Redis Cluster the test starts itself,
+//! `tests/support/redis_cluster.rs`), `--features postgres` with
+//! `TOOL_CONTRACTS_POSTGRES_URL` (or the servers on their default local ports); without a
+//! server the test skips with a visible notice (and fails if `CI` is set): see
+//! `tests/support/mod.rs`.
 
 mod conformance;
+#[cfg(feature = "redis")]
+#[path = "../../tests/support/redis_cluster.rs"]
+mod redis_cluster;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 #[path = "../../tests/support/mod.rs"]
 mod support;
@@ -172,20 +177,31 @@ struct Model {
     keys: Vec<KeyState>,
     /// Per worker and key: the last token the worker received.
     memory: Vec<Vec<Option<u64>>>,
-    /// Highest token any answer carried so far: a new claim must get a higher one.
-    max_token: u64,
+    /// Per key: the highest token any answer carried so far. A new claim must get a higher
+    /// one than every key's (`TokenScope::Store`) or than its own key's (`PerKey`).
+    max_token: Vec<u64>,
+    tokens: TokenScope,
     /// Keys a purge may or may not have deleted (decided by the next lookup).
     maybe_purged: Vec<bool>,
 }
 
 impl Model {
-    fn new(timing: Timing) -> Self {
+    fn new(timing: Timing, tokens: TokenScope) -> Self {
         Model {
             timing,
             keys: vec![KeyState::Free; usize::from(KEYS)],
             memory: vec![vec![None; usize::from(KEYS)]; usize::from(WORKERS)],
-            max_token: 0,
+            max_token: vec![0; usize::from(KEYS)],
+            tokens,
             maybe_purged: vec![false; usize::from(KEYS)],
+        }
+    }
+
+    /// The token a new claim of key `ki` must exceed.
+    fn token_floor(&self, ki: usize) -> u64 {
+        match self.tokens {
+            TokenScope::Store => self.max_token.iter().copied().max().unwrap_or(0),
+            TokenScope::PerKey => self.max_token[ki],
         }
     }
 
@@ -227,11 +243,22 @@ fn args(w: u8) -> String {
     format!("{{\"worker\":{w}}}")
 }
 
+/// Which tokens a new claim's token must exceed.
+#[derive(Clone, Copy, Debug)]
+enum TokenScope {
+    /// Every token issued before, for any key: one store-wide counter.
+    Store,
+    /// Every token issued before for the same key (all `Store` promises): `RedisStore` on
+    /// Redis Cluster, one counter per bucket.
+    PerKey,
+}
+
 /// A store under test, with its own key namespace.
 struct Subject<'a> {
     store: &'a dyn Store,
     prefix: String,
     paused: bool,
+    tokens: TokenScope,
 }
 
 impl Subject<'_> {
@@ -378,13 +405,14 @@ fn check_claim(
     });
     if let ClaimOutcome::Acquired { token } = answer {
         ensure!(trace, acquired_ok, "k{k}: Acquired unexpectedly");
+        let floor = model.token_floor(ki);
         ensure!(
             trace,
-            token > model.max_token,
-            "k{k}: token {token} is not above every earlier token ({})",
-            model.max_token
+            token > floor,
+            "k{k}: token {token} is not above every earlier token ({floor}, {:?})",
+            model.tokens
         );
-        model.max_token = token;
+        model.max_token[ki] = token;
         model.memory[usize::from(w)][ki] = Some(token);
         model.keys[ki] = model.held(token, w, now);
     }
@@ -485,7 +513,7 @@ async fn now_span<F: std::future::Future>(fut: F) -> (F::Output, Span) {
 /// Runs `ops` against `subject` and the model; `Err` carries the trace.
 async fn run_case(subject: &Subject<'_>, timing: &Timing, ops: &[Op]) -> Result<(), TestCaseError> {
     let store = subject.store;
-    let mut model = Model::new(timing.clone());
+    let mut model = Model::new(timing.clone(), subject.tokens);
     let mut trace = String::new();
     for (step, op) in ops.iter().enumerate() {
         let _ = write!(trace, "{step:>3}: {op:?} => ");
@@ -770,6 +798,7 @@ fn run_paused<S: Store>(
             store: &store,
             prefix: prefix.to_owned(),
             paused: true,
+            tokens: TokenScope::Store,
         };
         rt.block_on(run_case(&subject, &timing, &ops))
     })
@@ -896,6 +925,17 @@ fn durable_cases() -> u32 {
 /// Runs the model against a durable store (real time), each case under a fresh prefix.
 #[allow(dead_code)]
 fn run_durable(name: &str, rt: &tokio::runtime::Runtime, store: &dyn Store) {
+    run_durable_with(name, rt, store, TokenScope::Store);
+}
+
+/// [`run_durable`] for a store whose tokens rise per key (`tokens`).
+#[allow(dead_code)]
+fn run_durable_with(
+    name: &str,
+    rt: &tokio::runtime::Runtime,
+    store: &dyn Store,
+    tokens: TokenScope,
+) {
     let timing = durable_timing();
     let mut runner = TestRunner::new(Config {
         cases: durable_cases(),
@@ -912,6 +952,7 @@ fn run_durable(name: &str, rt: &tokio::runtime::Runtime, store: &dyn Store) {
             store,
             prefix: format!("{run}-{}", case.get()),
             paused: false,
+            tokens,
         };
         rt.block_on(run_case(&subject, &timing, &ops))
     });
@@ -964,6 +1005,29 @@ fn redis_store_matches_the_model() {
         ))
         .unwrap();
     run_durable("redis", &rt, &store);
+}
+
+/// The same on a local Redis Cluster of three primaries (started by the test): the keys
+/// of a case fall in different buckets, so mostly on different primaries, and each
+/// bucket has a fencing counter of its own, so tokens must rise per key only.
+#[cfg(feature = "redis")]
+#[test]
+fn redis_cluster_store_matches_the_model() {
+    let Some(cluster) = redis_cluster::LocalCluster::shared("the Redis Cluster model test") else {
+        return;
+    };
+    let rt = real_time_runtime();
+    let prefix = format!("{}:", conformance::unique("model"));
+    let store = rt
+        .block_on(
+            tool_contracts_runtime::store::RedisStore::cluster_builder(cluster.node_urls())
+                .prefix(&prefix)
+                .allow_without_persistence()
+                .connect(),
+        )
+        .unwrap();
+    // One fencing counter per bucket: tokens rise per key, not store-wide.
+    run_durable_with("redis-cluster", &rt, &store, TokenScope::PerKey);
 }
 
 #[cfg(feature = "postgres")]

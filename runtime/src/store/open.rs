@@ -12,6 +12,7 @@ use super::{MemoryStore, NearCache, Store, StoreError, StoreResult};
 /// | `memory:` | [`MemoryStore`] (this process only) |
 /// | `sqlite:PATH` or `sqlite://PATH` | `SqliteStore` (feature `sqlite`) |
 /// | `redis://…`, `rediss://…` | `RedisStore` (feature `redis`); `?allow_without_persistence=true` accepts a server with `appendonly no` |
+/// | `redis+cluster://HOST:PORT,HOST:PORT`, `rediss+cluster://…` | `RedisStore` on Redis Cluster, by any of its nodes (feature `redis`; docs/stores.md, "Redis Cluster") |
 /// | `postgres://…`, `postgresql://…` | `PostgresStore` (feature `postgres`) |
 ///
 /// A scheme whose feature was not compiled in is a clear error naming the feature.
@@ -41,10 +42,10 @@ async fn open_store(url: &str) -> StoreResult<Arc<dyn Store>> {
     match scheme {
         "memory" => Ok(Arc::new(MemoryStore::new())),
         "sqlite" => open_sqlite(rest.strip_prefix("//").unwrap_or(rest)).await,
-        "redis" | "rediss" => open_redis(url).await,
+        "redis" | "rediss" | "redis+cluster" | "rediss+cluster" => open_redis(url).await,
         "postgres" | "postgresql" => open_postgres(url).await,
         _ => Err(StoreError::unavailable_message(format!(
-            "unknown store URL {url:?}: use memory:, sqlite:PATH, redis://HOST:PORT or postgres://USER@HOST/DB"
+            "unknown store URL {url:?}: use memory:, sqlite:PATH, redis://HOST:PORT, redis+cluster://HOST:PORT,HOST:PORT or postgres://USER@HOST/DB"
         ))),
     }
 }

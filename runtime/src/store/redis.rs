@@ -7,8 +7,9 @@
 //! costs one round trip: a first call is one claim and one completion, a replay one claim.
 //! Scripts read the clock with `redis.call('TIME')`, so leases and expiry follow the
 //! server's clock and a worker with a skewed clock cannot steal another's lease.
-//! Fencing tokens come from one counter key (`INCR`), never reused for any key even after
-//! a release or purge.
+//! Fencing tokens come from a counter key (`INCR`): one for the store, or one per bucket
+//! on Redis Cluster (below); either way never reused for any key even after a release or
+//! purge.
 //!
 //! # Durability
 //!
@@ -19,11 +20,13 @@
 //! acknowledged writes (`WAIT` is not used). Run the server with
 //! `maxmemory-policy noeviction`: an evicting policy may drop live records (they carry a
 //! TTL), which again lets a retry run twice. Fencing tokens are unique only while the
-//! counter key survives: a `FLUSHDB` or a failover that loses it restarts them.
+//! counter key survives: a `FLUSHDB` or a failover that loses it restarts them. On a
+//! cluster all of this holds per primary (the store checks every primary's `appendonly`).
 //!
 //! # Keys
 //!
-//! With the prefix `{prefix}` (default `tc:`; give each tenant or test run its own):
+//! With the prefix `{prefix}` (default `tc:`; give each tenant or test run its own), on
+//! one server (on Redis Cluster, see below):
 //!
 //! | key | type | what |
 //! | --- | --- | --- |
@@ -56,20 +59,73 @@
 //!
 //! # Redis Cluster
 //!
-//! Not supported: every claim touches the record, the two indexes and the one token
-//! counter, and the listing and purge scripts build record keys from the prefix, so all
-//! keys must live on one node. The keys carry no hash tag (`{...}`) of their own: a
-//! prefix that is one, such as `{tc}:`, would put every key in one slot, but the
-//! connection is not a cluster client either. Use a standalone server (or a primary with replicas behind
-//! Sentinel, through a URL that names the current primary). Requires Redis 5.0 or later
-//! (scripts that read `TIME` before writing rely on effect replication).
+//! Connect with a `redis+cluster://HOST:PORT,HOST:PORT` URL or
+//! [`RedisStore::cluster_builder`] (any nodes of the cluster; the rest are discovered).
+//! Requires Redis 7.0 or later. A cluster runs a script only if all its keys are in one
+//! hash slot, so the keys above are spread over 256 **buckets**, each a namespace of its
+//! own whose name ends in a hash tag:
+//!
+//! | key | what |
+//! | --- | --- |
+//! | `{prefix}{TAG}r:{key}`, `{prefix}{TAG}h:{key}` | the record and history of a key in the bucket |
+//! | `{prefix}{TAG}pending`, `{prefix}{TAG}expiry` | the bucket's two indexes |
+//! | `{prefix}{TAG}token` | the bucket's fencing token counter |
+//!
+//! A key's bucket is the first byte of the SHA-256 of the key; bucket `b`'s `TAG` is a
+//! decimal whose slot is `64 * b`, so the 256 buckets sit evenly over the 16384 slots and
+//! an even split of the slots between primaries is an even split of the keys. Every
+//! script's keys (a record, its history, its bucket's indexes and counter) share one slot:
+//! each operation is still one script on one primary. The prefix cannot hold a `{`.
+//!
+//! - **Fencing counter: per bucket.** A key always falls in the same bucket, so its
+//!   tokens strictly increase and are never reused for it; two keys of different buckets
+//!   can be handed the same number. Fencing compares a token only with the token of the
+//!   same key, so that is all it needs.
+//! - **Listing and purge read every bucket**: [`pending`](Store::pending) runs one script
+//!   per bucket (each returns at most `limit` records; the lists are merged by creation
+//!   time) and [`purge_expired`](RedisStore#method.purge_expired) two or more per bucket,
+//!   up to 32 scripts in flight at a time. So a listing or purge costs 256 (512) small
+//!   scripts even when nothing is pending or due: a few milliseconds, once per recovery
+//!   pass or purge interval, never on a call's path. The per-bucket indexes keep both
+//!   proportional to the pending and expired keys, not to every key (a `SCAN` per node
+//!   would read them all).
+//! - **Clocks**: a script reads `TIME` on the primary of its key's slot, so a key's lease
+//!   is judged by one node's clock until its slot moves (resharding, failover). Keep the
+//!   nodes' clocks in step (NTP) to well within the shortest lease: a new primary whose
+//!   clock runs ahead ends the leases it inherits early by the difference.
+//! - **Redirections**: the cluster client follows `MOVED` and `ASK` and re-sends after a
+//!   `TRYAGAIN` or a dropped connection, up to `reconnect_attempts` times. A re-sent
+//!   script whose first send was applied changes nothing twice: a repeated claim or
+//!   takeover finds its own claim and answers *in progress* (the call waits for the
+//!   lease, then finds it abandoned: nothing runs twice), a repeated completion or release
+//!   answers `LeaseLost` (the first one stood), a repeated resolution `NotPending`.
+//! - **Slot migration**: while a slot moves, a script whose keys are split between the
+//!   two nodes gets `TRYAGAIN`, and after the retries the operation fails with
+//!   [`StoreError::Unavailable`] (the call fails closed). A listing or sweep that runs on
+//!   the importing node sees the records not yet moved as absent; it keeps their index
+//!   entries while their expiry lies ahead.
+//! - **From one server to a cluster**: the names differ, and nothing is migrated. A store
+//!   moved to a cluster starts empty: records made on the single server (results still
+//!   to be replayed, claims in flight) are not seen there.
+//!
+//! On one server the keys carry no hash tag. Use a standalone server or a primary with
+//! replicas behind Sentinel (through a URL that names the current primary) with Redis 5.0
+//! or later (scripts that read `TIME` before writing rely on effect replication).
+
+mod connection;
+mod keys;
 
 use core::time::Duration;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use futures::stream::{self, StreamExt, TryStreamExt};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{RedisError, Script, Value};
+use redis::cluster::ClusterClientBuilder;
+use redis::{FromRedisValue, IntoConnectionInfo, RedisError, Script, Value};
+
+use self::connection::Conn;
+use self::keys::{Layout, Namespace};
 
 use super::{
     ClaimOutcome, ClaimRequest, Completion, HistoryEvent, HistoryKind, Observed, Record,
@@ -88,6 +144,10 @@ const _: () = assert!(4_200_000_000_000 + MAX_DURATION_MS < 1 << 53);
 /// How many index entries one purge script handles, so one call never blocks the server
 /// for long; `purge_expired` runs it until the work is done.
 const PURGE_BATCH: usize = 500;
+
+/// How many per-bucket scripts `pending` and `purge_expired` keep in flight at once on a
+/// cluster (each bucket is one script, or a few for a large purge).
+const FAN_OUT: usize = 32;
 
 /// The error code the scripts use for a malformed record.
 const CORRUPT_CODE: &str = "TC_CORRUPT";
@@ -286,11 +346,25 @@ const OBSERVE: &str = r#"
 return { fmt(now_ms()), redis.call('HGETALL', KEYS[1]) }
 "#;
 
-/// KEYS: 1 pending index. ARGV: 1 prefix, 2 limit.
-/// Returns `{key, fields}` pairs, oldest first. Entries whose record is gone (expired by
-/// Redis) or completed are dropped from the index on the way; a malformed record is
-/// returned as it is, for the client to report.
+/// Shared by the scripts that clean the pending index (listing, sweep).
+/// KEYS: 1 pending index, 2 expiry index.
+const INDEX_PRELUDE: &str = r#"
+-- Whether key k, whose record is absent, is gone for good: its expiry index entry is
+-- missing or due. Else the record is elsewhere for now: on Redis Cluster, a script sent to
+-- the node importing a slot (after an `ASK`) sees the records not yet moved as absent.
+-- Records removed early (`DEL`, eviction) leave their entries until the purge at expiry.
+local function gone(k, now)
+  local due = redis.call('ZSCORE', KEYS[2], k)
+  return not due or tonumber(due) <= now
+end
+"#;
+
+/// KEYS: 1 pending index, 2 expiry index. ARGV: 1 prefix, 2 limit.
+/// Returns `{key, fields}` pairs, oldest first. Entries whose record is completed or gone
+/// (see `gone`) are dropped from the index on the way; a malformed record is returned as
+/// it is, for the client to report.
 const PENDING: &str = r#"
+local now = now_ms()
 local limit = tonumber(ARGV[2])
 local out, stale, start = {}, {}, 0
 while #out < limit do
@@ -300,9 +374,9 @@ while #out < limit do
     local flat = redis.call('HGETALL', ARGV[1] .. 'r:' .. k)
     local st
     for i = 1, #flat, 2 do if flat[i] == 'st' then st = flat[i + 1] end end
-    if #flat == 0 or st == 'c' then
+    if st == 'c' or (#flat == 0 and gone(k, now)) then
       stale[#stale + 1] = k
-    elseif #out < limit then
+    elseif #flat > 0 and #out < limit then
       out[#out + 1] = { k, flat }
     end
   end
@@ -337,16 +411,18 @@ end
 return { removed, #due }
 "#;
 
-/// KEYS: 1 pending index. ARGV: 1 prefix, 2 start rank, 3 batch size.
-/// Returns `{examined, dropped}`: drops index entries whose record is gone or completed.
+/// KEYS: 1 pending index, 2 expiry index. ARGV: 1 prefix, 2 start rank, 3 batch size.
+/// Returns `{examined, dropped}`: drops index entries whose record is completed or gone
+/// (see `gone`).
 const SWEEP_PENDING: &str = r#"
+local now = now_ms()
 local start = tonumber(ARGV[2])
 local ks = redis.call('ZRANGE', KEYS[1], start, start + tonumber(ARGV[3]) - 1)
 local dropped = 0
 for _, k in ipairs(ks) do
   local rk = ARGV[1] .. 'r:' .. k
   local st = redis.call('HGET', rk, 'st')
-  if st == 'c' or (not st and redis.call('EXISTS', rk) == 0) then
+  if st == 'c' or (not st and redis.call('EXISTS', rk) == 0 and gone(k, now)) then
     redis.call('ZREM', KEYS[1], k)
     dropped = dropped + 1
   end
@@ -387,9 +463,9 @@ impl Scripts {
             resolve: script(&[SETTLE_PRELUDE, RESOLVE]),
             lookup: plain(LOOKUP),
             observe: plain(OBSERVE),
-            pending: plain(PENDING),
+            pending: script(&[INDEX_PRELUDE, PENDING]),
             purge: plain(PURGE),
-            sweep_pending: plain(SWEEP_PENDING),
+            sweep_pending: script(&[INDEX_PRELUDE, SWEEP_PENDING]),
         }
     }
 
@@ -411,7 +487,8 @@ impl Scripts {
     }
 }
 
-/// Settings for [`RedisStore`], from [`RedisStore::builder`].
+/// Settings for [`RedisStore`], from [`RedisStore::builder`] (one server, or a cluster by
+/// a `redis+cluster://` URL) or [`RedisStore::cluster_builder`] (a cluster by its nodes).
 ///
 /// The timeouts bound how long an operation can hang on an unreachable or stalled
 /// server: past them the operation fails with [`StoreError::Unavailable`] and the engine
@@ -419,12 +496,21 @@ impl Scripts {
 #[derive(Debug, Clone)]
 #[must_use = "call `.connect().await` to open the store"]
 pub struct RedisStoreBuilder {
-    url: String,
+    target: Target,
     prefix: String,
     connect_timeout: Duration,
     response_timeout: Duration,
     reconnect_attempts: usize,
     allow_without_persistence: bool,
+}
+
+/// What a builder connects to.
+#[derive(Debug, Clone)]
+enum Target {
+    /// A URL: one server, or a cluster (`redis+cluster://`).
+    Url(String),
+    /// The seed nodes of a cluster, one URL each.
+    Cluster(Vec<String>),
 }
 
 impl RedisStoreBuilder {
@@ -433,14 +519,15 @@ impl RedisStoreBuilder {
     /// flight when it restarts, and a retry then runs the tool a second time. For tests,
     /// and for tools whose duplicates cost nothing; never for money or messages. The URL
     /// form (for [`open`](crate::store::open) and the CLI) is the query parameter
-    /// `allow_without_persistence=true`.
+    /// `allow_without_persistence=true`. On a cluster it covers every primary.
     pub fn allow_without_persistence(mut self) -> Self {
         self.allow_without_persistence = true;
         self
     }
 
     /// Namespaces every key under `prefix` (default `tc:`), so tenants, environments or
-    /// test runs can share one server without seeing each other's keys.
+    /// test runs can share one server without seeing each other's keys. On Redis Cluster
+    /// the prefix cannot hold a `{` (the store adds a hash tag of its own after it).
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
         self
@@ -459,8 +546,11 @@ impl RedisStoreBuilder {
     }
 
     /// How many times a failed connection attempt is retried, with a short backoff,
-    /// before an operation gives up (default 2). Operations themselves are never
-    /// retried: a claim whose answer was lost might have been applied.
+    /// before an operation gives up (default 2). On one server, operations themselves are
+    /// never retried: a claim whose answer was lost might have been applied. On a cluster
+    /// this is also how often the cluster client re-sends an operation after a redirection
+    /// (`MOVED`, `ASK`), a `TRYAGAIN` or a dropped connection: see "Redis Cluster" in the
+    /// module docs for why a re-sent script is safe.
     pub fn reconnect_attempts(mut self, attempts: usize) -> Self {
         self.reconnect_attempts = attempts;
         self
@@ -473,11 +563,34 @@ impl RedisStoreBuilder {
     /// (`appendonly no`) and [`allow_without_persistence`](Self::allow_without_persistence)
     /// was not given. Warns once per process when `appendfsync` is not `always` (up to a
     /// second of claims can be lost in a crash). Where the server does not let a client
-    /// read its settings (`INFO`/`CONFIG` disabled), it warns and connects.
+    /// read its settings (`INFO`/`CONFIG` disabled), it warns and connects. On a cluster
+    /// each of these checks covers every primary.
     pub async fn connect(mut self) -> StoreResult<RedisStore> {
-        let (url, allowed_by_url) = strip_persistence_opt_in(&self.url);
-        self.allow_without_persistence |= allowed_by_url;
-        let client = redis::Client::open(url.as_str())
+        let nodes = match &self.target {
+            Target::Url(url) => {
+                let (url, allowed_by_url) = strip_persistence_opt_in(url);
+                self.allow_without_persistence |= allowed_by_url;
+                match connection::cluster_nodes(&url) {
+                    Some(nodes) => nodes.map_err(|why| {
+                        StoreError::unavailable_message(format!("invalid redis URL: {why}"))
+                    })?,
+                    None => return self.connect_single(&url).await,
+                }
+            }
+            Target::Cluster(nodes) => nodes
+                .iter()
+                .map(|node| {
+                    let (node, allowed_by_url) = strip_persistence_opt_in(node);
+                    self.allow_without_persistence |= allowed_by_url;
+                    node
+                })
+                .collect(),
+        };
+        self.connect_cluster(nodes).await
+    }
+
+    async fn connect_single(self, url: &str) -> StoreResult<RedisStore> {
+        let client = redis::Client::open(url)
             .map_err(|e| StoreError::unavailable("invalid redis URL", e))?;
         // The address only: the URL may carry a password.
         let addr = client.get_connection_info().addr().to_string();
@@ -486,28 +599,64 @@ impl RedisStoreBuilder {
             .set_response_timeout(Some(self.response_timeout))
             .set_number_of_retries(self.reconnect_attempts)
             .set_max_delay(Duration::from_millis(500));
-        let mut conn = ConnectionManager::new_with_config(client, config)
+        let conn = ConnectionManager::new_with_config(client, config)
             .await
             .map_err(|e| {
                 StoreError::unavailable(format!("cannot connect to redis at {addr}"), e)
             })?;
+        let mut conn = Conn::Single(conn);
+        refuse_cluster_node(&mut conn, &addr).await?;
+        let layout = Layout::standalone(&self.prefix);
+        self.finish(conn, addr, layout).await
+    }
+
+    async fn connect_cluster(self, nodes: Vec<String>) -> StoreResult<RedisStore> {
+        let layout = Layout::cluster(&self.prefix).map_err(StoreError::unavailable_message)?;
+        if nodes.is_empty() {
+            return Err(StoreError::unavailable_message(
+                "no Redis Cluster node given: name at least one, e.g. RedisStore::cluster_builder([\"redis://10.0.0.5:7000\"])",
+            ));
+        }
+        let mut addrs = Vec::with_capacity(nodes.len());
+        for node in &nodes {
+            let info = node
+                .as_str()
+                .into_connection_info()
+                .map_err(|e| StoreError::unavailable("invalid redis URL of a cluster node", e))?;
+            addrs.push(info.addr().to_string());
+        }
+        // The addresses only: the URLs may carry a password.
+        let addr = format!("cluster {}", addrs.join(","));
+        let retries = u32::try_from(self.reconnect_attempts).unwrap_or(u32::MAX);
+        let client = ClusterClientBuilder::new(nodes)
+            .connection_timeout(self.connect_timeout)
+            .response_timeout(self.response_timeout)
+            .retries(retries)
+            .max_retry_wait(500)
+            .build()
+            .map_err(|e| StoreError::unavailable("invalid redis cluster URLs", e))?;
+        let conn = client
+            .get_async_connection()
+            .await
+            .map_err(|e| StoreError::unavailable(format!("cannot connect to redis {addr}"), e))?;
+        self.finish(Conn::Cluster(conn), addr, layout).await
+    }
+
+    /// Checks persistence and loads the scripts (on every primary of a cluster).
+    async fn finish(self, mut conn: Conn, addr: String, layout: Layout) -> StoreResult<RedisStore> {
         check_persistence(&mut conn, &addr, self.allow_without_persistence).await?;
         let scripts = Scripts::new();
         // Loaded up front so a script error shows at startup, not on the first call.
-        // After a server restart `EVALSHA` reports `NOSCRIPT` and the crate reloads it.
+        // After a server restart `EVALSHA` reports `NOSCRIPT` and the crate reloads it
+        // (on a cluster, on every primary).
         for script in scripts.all() {
             script.load_async(&mut conn).await.map_err(|e| {
                 StoreError::unavailable(format!("cannot load scripts into redis at {addr}"), e)
             })?;
         }
-        let prefix = self.prefix.into_bytes();
-        let named = |name: &str| [prefix.as_slice(), name.as_bytes()].concat();
         Ok(RedisStore {
             conn,
-            pending_key: named("pending"),
-            expiry_key: named("expiry"),
-            token_key: named("token"),
-            prefix,
+            layout,
             scripts,
         })
     }
@@ -537,56 +686,83 @@ fn strip_persistence_opt_in(url: &str) -> (String, bool) {
     (url, found)
 }
 
-/// Refuses a server without an append-only file unless `allowed`; warns (once) when its
-/// fsync policy can lose the last second. Settings a server will not show are warned
-/// about, not refused: managed services often disable `CONFIG`.
-async fn check_persistence(conn: &mut ConnectionManager, addr: &str, allowed: bool) -> StoreResult {
-    static WARNED: std::sync::Once = std::sync::Once::new();
-    let info: Result<String, _> = redis::cmd("INFO")
-        .arg("persistence")
-        .query_async(conn)
-        .await;
-    let aof = match &info {
-        Ok(text) => text
-            .lines()
-            .find_map(|line| line.trim().strip_prefix("aof_enabled:"))
-            .map(|v| v.trim() == "1"),
-        Err(_) => None,
-    };
-    match aof {
-        Some(false) if !allowed => {
-            return Err(StoreError::unavailable_message(format!(
-                "redis at {addr} keeps no append-only file (appendonly no): a restart would lose every claim in flight, and a retry would then run the tool a second time. Turn persistence on (`CONFIG SET appendonly yes`, and `appendfsync always` to lose nothing), or, for tests and tools whose duplicates cost nothing, opt in with `RedisStore::builder(url).allow_without_persistence()` (URL: `?allow_without_persistence=true`)"
-            )))
-        }
-        Some(false) => {
-            tracing::warn!(addr, "tool-contracts: redis keeps no append-only file; accepted by allow_without_persistence: a server restart loses claims in flight");
-            return Ok(());
-        }
-        Some(true) => {}
-        None => {
-            WARNED.call_once(|| tracing::warn!(addr, "tool-contracts: cannot read redis persistence settings (INFO persistence refused); make sure appendonly is yes"));
-            return Ok(());
-        }
-    }
-    let fsync: Result<Vec<String>, _> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("appendfsync")
-        .query_async(conn)
-        .await;
-    match fsync.as_deref() {
-        Ok([_, policy]) if policy == "always" => {}
-        Ok([_, policy]) => WARNED.call_once(|| {
-            tracing::warn!(addr, appendfsync = %policy, "tool-contracts: redis fsyncs its append-only file less than always: a crash can lose the last second of claims")
-        }),
-        _ => WARNED.call_once(|| {
-            tracing::warn!(addr, "tool-contracts: cannot read redis appendfsync (CONFIG refused); `always` loses nothing in a crash")
-        }),
+/// Refuses a node of a Redis Cluster reached by a plain URL: that connection would reach
+/// only the keys of the node's own slots (the others answer `MOVED`). A server that will
+/// not say (`INFO` refused) is taken for a standalone one.
+async fn refuse_cluster_node(conn: &mut Conn, addr: &str) -> StoreResult {
+    let info: Result<String, _> = redis::cmd("INFO").arg("cluster").query_async(conn).await;
+    let clustered = info.is_ok_and(|text| text.lines().any(|l| l.trim() == "cluster_enabled:1"));
+    if clustered {
+        return Err(StoreError::unavailable_message(format!(
+            "redis at {addr} is a Redis Cluster node: a connection to one node reaches only the keys of its own slots. Connect with `redis+cluster://{addr}` (any nodes of the cluster, comma-separated) or `RedisStore::cluster_builder([\"redis://{addr}\"])`"
+        )));
     }
     Ok(())
 }
 
-/// A store in Redis, shared by every worker that connects to the same server and prefix.
+/// Refuses a server without an append-only file unless `allowed`; warns (once) when its
+/// fsync policy can lose the last second. Settings a server will not show are warned
+/// about, not refused: managed services often disable `CONFIG`. On a cluster every
+/// primary is asked, and the first one without an append-only file is named.
+async fn check_persistence(conn: &mut Conn, addr: &str, allowed: bool) -> StoreResult {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    let info = conn
+        .on_primaries(redis::cmd("INFO").arg("persistence"), addr)
+        .await;
+    // Per primary: whether it keeps an append-only file (`None`: it would not say).
+    let aof: Vec<(String, Option<bool>)> = match info {
+        Ok(replies) => replies
+            .into_iter()
+            .map(|(node, reply)| {
+                let enabled = reply
+                    .ok()
+                    .and_then(|v| String::from_redis_value(v).ok())
+                    .and_then(|text| {
+                        text.lines()
+                            .find_map(|line| line.trim().strip_prefix("aof_enabled:"))
+                            .map(|v| v.trim() == "1")
+                    });
+                (node, enabled)
+            })
+            .collect(),
+        Err(_) => vec![(addr.to_owned(), None)],
+    };
+    if let Some((node, _)) = aof.iter().find(|(_, enabled)| *enabled == Some(false)) {
+        if !allowed {
+            return Err(StoreError::unavailable_message(format!(
+                "redis at {node} keeps no append-only file (appendonly no): a restart would lose every claim in flight, and a retry would then run the tool a second time. Turn persistence on (`CONFIG SET appendonly yes`, and `appendfsync always` to lose nothing), or, for tests and tools whose duplicates cost nothing, opt in with `RedisStore::builder(url).allow_without_persistence()` (URL: `?allow_without_persistence=true`)"
+            )));
+        }
+        tracing::warn!(addr = %node, "tool-contracts: redis keeps no append-only file; accepted by allow_without_persistence: a server restart loses claims in flight");
+        return Ok(());
+    }
+    if let Some((node, _)) = aof.iter().find(|(_, enabled)| enabled.is_none()) {
+        WARNED.call_once(|| tracing::warn!(addr = %node, "tool-contracts: cannot read redis persistence settings (INFO persistence refused); make sure appendonly is yes"));
+        return Ok(());
+    }
+    let fsync = conn
+        .on_primaries(redis::cmd("CONFIG").arg("GET").arg("appendfsync"), addr)
+        .await
+        .unwrap_or_else(|_| vec![(addr.to_owned(), Ok(Value::Nil))]);
+    for (node, reply) in fsync {
+        let policy = reply
+            .ok()
+            .and_then(|v| Vec::<String>::from_redis_value(v).ok());
+        match policy.as_deref() {
+            Some([_, policy]) if policy == "always" => {}
+            Some([_, policy]) => WARNED.call_once(|| {
+                tracing::warn!(addr = %node, appendfsync = %policy, "tool-contracts: redis fsyncs its append-only file less than always: a crash can lose the last second of claims")
+            }),
+            _ => WARNED.call_once(|| {
+                tracing::warn!(addr = %node, "tool-contracts: cannot read redis appendfsync (CONFIG refused); `always` loses nothing in a crash")
+            }),
+        }
+    }
+    Ok(())
+}
+
+/// A store in Redis, shared by every worker that connects to the same server (or cluster)
+/// and prefix.
 ///
 /// - **Atomic, one round trip.** Each operation is one Lua script (`EVALSHA`); leases
 ///   and expiry use the server's clock (`TIME`), fencing tokens one `INCR` counter.
@@ -597,31 +773,34 @@ async fn check_persistence(conn: &mut ConnectionManager, addr: &str, allowed: bo
 ///   list `{prefix}h:{key}` of its history, sorted sets `{prefix}pending` and
 ///   `{prefix}expiry`, and the counter `{prefix}token`. Records carry a Redis TTL, so an
 ///   expired record disappears at once (see [`Store::purge_expired`] on this type).
-/// - **Standalone Redis 5.0+ only**: Redis Cluster is not supported.
+/// - **Redis Cluster** (a `redis+cluster://` URL or [`RedisStore::cluster_builder`]): the
+///   same keys in 256 buckets, each under a hash tag of its own (`{prefix}{TAG}r:{key}`),
+///   so every script touches one slot; one fencing counter per bucket. See the module
+///   docs, "Redis Cluster".
+/// - Redis 5.0 or later; Redis Cluster 7.0 or later.
 ///
-/// Cheap to share: one multiplexed connection serves all operations and reconnects
-/// after a failure (the operation that saw the failure returns
+/// Cheap to share: one multiplexed connection (per node, on a cluster) serves all
+/// operations and reconnects after a failure (the operation that saw the failure returns
 /// [`StoreError::Unavailable`]).
 pub struct RedisStore {
-    conn: ConnectionManager,
-    prefix: Vec<u8>,
-    pending_key: Vec<u8>,
-    expiry_key: Vec<u8>,
-    token_key: Vec<u8>,
+    conn: Conn,
+    layout: Layout,
     scripts: Scripts,
 }
 
 impl core::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("RedisStore")
-            .field("prefix", &String::from_utf8_lossy(&self.prefix))
+            .field("prefix", &self.layout.prefix())
+            .field("cluster", &self.layout.is_cluster())
             .finish_non_exhaustive()
     }
 }
 
 impl RedisStore {
-    /// Connects to `url` (`redis://host:port/db`, `rediss://` for TLS) with the default
-    /// prefix `tc:` and default timeouts.
+    /// Connects to `url` with the default prefix `tc:` and default timeouts: one server
+    /// (`redis://host:port/db`, `rediss://` for TLS), or a Redis Cluster by any of its
+    /// nodes (`redis+cluster://host:port,host:port`, the rest are discovered).
     pub async fn connect(url: &str) -> StoreResult<RedisStore> {
         Self::builder(url).connect().await
     }
@@ -632,28 +811,34 @@ impl RedisStore {
         Self::builder(url).prefix(prefix).connect().await
     }
 
-    /// Settings beyond the URL: prefix and timeouts.
+    /// Settings beyond the URL: prefix and timeouts. A `redis+cluster://` URL connects to a
+    /// Redis Cluster, like [`cluster_builder`](Self::cluster_builder).
     pub fn builder(url: &str) -> RedisStoreBuilder {
+        Self::builder_for(Target::Url(url.to_owned()))
+    }
+
+    /// A store on Redis Cluster, reached through `nodes` (`redis://host:port` each; any
+    /// primaries or replicas: the cluster client discovers the rest and sends each
+    /// script to the primary of its key's slot). The URL form is
+    /// `redis+cluster://host:port,host:port` with [`builder`](Self::builder).
+    pub fn cluster_builder<I, S>(nodes: I) -> RedisStoreBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let nodes = nodes.into_iter().map(|n| n.as_ref().to_owned()).collect();
+        Self::builder_for(Target::Cluster(nodes))
+    }
+
+    fn builder_for(target: Target) -> RedisStoreBuilder {
         RedisStoreBuilder {
-            url: url.to_owned(),
+            target,
             prefix: DEFAULT_PREFIX.to_owned(),
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(5),
             reconnect_attempts: 2,
             allow_without_persistence: false,
         }
-    }
-
-    fn key(&self, kind: &[u8], key: &str) -> Vec<u8> {
-        [self.prefix.as_slice(), kind, key.as_bytes()].concat()
-    }
-
-    fn record_key(&self, key: &str) -> Vec<u8> {
-        self.key(b"r:", key)
-    }
-
-    fn history_key(&self, key: &str) -> Vec<u8> {
-        self.key(b"h:", key)
     }
 
     /// Runs a prepared script, mapping failures for the operation `op` on `key`.
@@ -679,12 +864,13 @@ impl RedisStore {
             Some(_) => (&self.scripts.takeover, "takeover"),
             None => (&self.scripts.claim, "claim"),
         };
+        let ns = self.layout.of(req.key);
         let mut inv = script.prepare_invoke();
-        inv.key(self.record_key(req.key))
-            .key(self.history_key(req.key))
-            .key(self.pending_key.as_slice())
-            .key(self.expiry_key.as_slice())
-            .key(self.token_key.as_slice())
+        inv.key(ns.record(req.key))
+            .key(ns.history(req.key))
+            .key(ns.pending.as_slice())
+            .key(ns.expiry.as_slice())
+            .key(ns.token.as_slice())
             .arg(req.key)
             .arg(req.tool)
             .arg(if req.scope.is_some() { "1" } else { "0" })
@@ -704,115 +890,35 @@ impl RedisStore {
 
     /// Runs one of the holder's scripts (see [`HOLDER_PRELUDE`]) for `token`: KEYS 1
     /// and 2 are `key`'s record and history, ARGV 1 and 2 the key and the token; `more`
-    /// adds the script's other keys and arguments.
+    /// adds the script's other keys (of `key`'s namespace) and arguments.
     async fn fenced(
         &self,
         script: &Script,
         op: &'static str,
         key: &str,
         token: u64,
-        more: impl FnOnce(&mut redis::ScriptInvocation<'_>),
+        more: impl FnOnce(&Namespace, &mut redis::ScriptInvocation<'_>),
     ) -> StoreResult {
+        let ns = self.layout.of(key);
         let mut inv = script.prepare_invoke();
-        inv.key(self.record_key(key))
-            .key(self.history_key(key))
+        inv.key(ns.record(key))
+            .key(ns.history(key))
             .arg(key)
             .arg(token);
-        more(&mut inv);
+        more(ns, &mut inv);
         match self.run(&inv, op, key).await? {
             v if is(&v, b"ok") => Ok(()),
             v if is(&v, b"lease_lost") => Err(StoreError::LeaseLost { token }),
             other => Err(unexpected(op, key, &other)),
         }
     }
-}
 
-#[async_trait::async_trait]
-impl Store for RedisStore {
-    fn backend(&self) -> &'static str {
-        "redis"
-    }
-
-    async fn claim(&self, req: ClaimRequest<'_>) -> StoreResult<ClaimOutcome> {
-        self.claim_like(&req, None).await
-    }
-
-    async fn takeover(&self, req: ClaimRequest<'_>, stale_token: u64) -> StoreResult<ClaimOutcome> {
-        self.claim_like(&req, Some(stale_token)).await
-    }
-
-    async fn complete(&self, key: &str, token: u64, completion: Completion<'_>) -> StoreResult {
-        let (pending, expiry) = (self.pending_key.as_slice(), self.expiry_key.as_slice());
-        self.fenced(&self.scripts.complete, "complete", key, token, |inv| {
-            inv.key(pending)
-                .key(expiry)
-                .arg(completion.result)
-                .arg(if completion.is_error { "1" } else { "0" })
-                .arg(millis(completion.ttl));
-        })
-        .await
-    }
-
-    async fn release(&self, key: &str, token: u64) -> StoreResult {
-        let (pending, expiry) = (self.pending_key.as_slice(), self.expiry_key.as_slice());
-        self.fenced(&self.scripts.release, "release", key, token, |inv| {
-            inv.key(pending).key(expiry);
-        })
-        .await
-    }
-
-    async fn renew(&self, key: &str, token: u64, lease: Duration) -> StoreResult {
-        let expiry = self.expiry_key.as_slice();
-        self.fenced(&self.scripts.renew, "renew", key, token, |inv| {
-            inv.key(expiry).arg(millis(lease));
-        })
-        .await
-    }
-
-    async fn abandon(&self, key: &str, token: u64) -> StoreResult {
-        self.fenced(&self.scripts.abandon, "abandon", key, token, |_| {})
-            .await
-    }
-
-    /// Reads a key's record. Redis deletes a record when it expires, so an expired
-    /// record is absent here (unlike [`MemoryStore`](super::MemoryStore), which keeps it
-    /// until a purge).
-    async fn lookup(&self, key: &str) -> StoreResult<Option<Record>> {
-        let mut inv = self.scripts.lookup.prepare_invoke();
-        inv.key(self.record_key(key));
-        let reply = self.run(&inv, "lookup", key).await?;
-        let fields = array(&reply).ok_or_else(|| unexpected("lookup", key, &reply))?;
-        if fields.is_empty() {
-            return Ok(None);
-        }
-        parse_record(key, fields).map(Some)
-    }
-
-    /// The record and the server's clock (`TIME`), read by one script. Like
-    /// [`lookup`](Store::lookup), an expired record is absent.
-    async fn observe(&self, key: &str) -> StoreResult<Option<Observed>> {
-        let mut inv = self.scripts.observe.prepare_invoke();
-        inv.key(self.record_key(key));
-        let reply = self.run(&inv, "observe", key).await?;
-        let bad = || unexpected("observe", key, &reply);
-        let [now, fields] = array(&reply).ok_or_else(bad)? else {
-            return Err(bad());
-        };
-        let now = uint(now).ok_or_else(bad)?;
-        let fields = array(fields).ok_or_else(bad)?;
-        if fields.is_empty() {
-            return Ok(None);
-        }
-        Ok(Some(Observed::new(parse_record(key, fields)?, at(now))))
-    }
-
-    async fn pending(&self, limit: usize) -> StoreResult<Vec<Record>> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
+    /// The records `pending` finds in one namespace, oldest first.
+    async fn pending_in(&self, ns: &Namespace, limit: usize) -> StoreResult<Vec<Record>> {
         let mut inv = self.scripts.pending.prepare_invoke();
-        inv.key(self.pending_key.as_slice())
-            .arg(self.prefix.as_slice())
+        inv.key(ns.pending.as_slice())
+            .key(ns.expiry.as_slice())
+            .arg(ns.prefix.as_slice())
             .arg(limit);
         let reply = self.run(&inv, "pending", "").await?;
         let entries = array(&reply).ok_or_else(|| unexpected("pending", "", &reply))?;
@@ -832,18 +938,155 @@ impl Store for RedisStore {
             .collect()
     }
 
+    /// Purges one namespace (see [`Store::purge_expired`] on this type): the records it
+    /// removed or found removed.
+    async fn purge_in(&self, ns: &Namespace) -> StoreResult<u64> {
+        let mut removed = 0u64;
+        loop {
+            let mut inv = self.scripts.purge.prepare_invoke();
+            inv.key(ns.expiry.as_slice())
+                .key(ns.pending.as_slice())
+                .arg(ns.prefix.as_slice())
+                .arg(PURGE_BATCH);
+            let reply = self.run(&inv, "purge_expired", "").await?;
+            let (gone, examined) =
+                pair(&reply).ok_or_else(|| unexpected("purge_expired", "", &reply))?;
+            removed += gone;
+            if examined < PURGE_BATCH as u64 {
+                break;
+            }
+        }
+        let mut start = 0u64;
+        loop {
+            let mut inv = self.scripts.sweep_pending.prepare_invoke();
+            inv.key(ns.pending.as_slice())
+                .key(ns.expiry.as_slice())
+                .arg(ns.prefix.as_slice())
+                .arg(start)
+                .arg(PURGE_BATCH);
+            let reply = self.run(&inv, "purge_expired", "").await?;
+            let (examined, dropped) =
+                pair(&reply).ok_or_else(|| unexpected("purge_expired", "", &reply))?;
+            if examined < PURGE_BATCH as u64 {
+                break;
+            }
+            // Dropped entries shifted the later ones down by as many ranks.
+            start += examined - dropped.min(examined);
+        }
+        Ok(removed)
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for RedisStore {
+    fn backend(&self) -> &'static str {
+        "redis"
+    }
+
+    async fn claim(&self, req: ClaimRequest<'_>) -> StoreResult<ClaimOutcome> {
+        self.claim_like(&req, None).await
+    }
+
+    async fn takeover(&self, req: ClaimRequest<'_>, stale_token: u64) -> StoreResult<ClaimOutcome> {
+        self.claim_like(&req, Some(stale_token)).await
+    }
+
+    async fn complete(&self, key: &str, token: u64, completion: Completion<'_>) -> StoreResult {
+        self.fenced(&self.scripts.complete, "complete", key, token, |ns, inv| {
+            inv.key(ns.pending.as_slice())
+                .key(ns.expiry.as_slice())
+                .arg(completion.result)
+                .arg(if completion.is_error { "1" } else { "0" })
+                .arg(millis(completion.ttl));
+        })
+        .await
+    }
+
+    async fn release(&self, key: &str, token: u64) -> StoreResult {
+        self.fenced(&self.scripts.release, "release", key, token, |ns, inv| {
+            inv.key(ns.pending.as_slice()).key(ns.expiry.as_slice());
+        })
+        .await
+    }
+
+    async fn renew(&self, key: &str, token: u64, lease: Duration) -> StoreResult {
+        self.fenced(&self.scripts.renew, "renew", key, token, |ns, inv| {
+            inv.key(ns.expiry.as_slice()).arg(millis(lease));
+        })
+        .await
+    }
+
+    async fn abandon(&self, key: &str, token: u64) -> StoreResult {
+        self.fenced(&self.scripts.abandon, "abandon", key, token, |_, _| {})
+            .await
+    }
+
+    /// Reads a key's record. Redis deletes a record when it expires, so an expired
+    /// record is absent here (unlike [`MemoryStore`](super::MemoryStore), which keeps it
+    /// until a purge).
+    async fn lookup(&self, key: &str) -> StoreResult<Option<Record>> {
+        let mut inv = self.scripts.lookup.prepare_invoke();
+        inv.key(self.layout.of(key).record(key));
+        let reply = self.run(&inv, "lookup", key).await?;
+        let fields = array(&reply).ok_or_else(|| unexpected("lookup", key, &reply))?;
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        parse_record(key, fields).map(Some)
+    }
+
+    /// The record and the server's clock (`TIME`), read by one script. Like
+    /// [`lookup`](Store::lookup), an expired record is absent.
+    async fn observe(&self, key: &str) -> StoreResult<Option<Observed>> {
+        let mut inv = self.scripts.observe.prepare_invoke();
+        inv.key(self.layout.of(key).record(key));
+        let reply = self.run(&inv, "observe", key).await?;
+        let bad = || unexpected("observe", key, &reply);
+        let [now, fields] = array(&reply).ok_or_else(bad)? else {
+            return Err(bad());
+        };
+        let now = uint(now).ok_or_else(bad)?;
+        let fields = array(fields).ok_or_else(bad)?;
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Observed::new(parse_record(key, fields)?, at(now))))
+    }
+
+    /// The in-progress records, oldest first. On a cluster each bucket is listed by a
+    /// script of its own (256 scripts, up to 32 at a time, each returning at most `limit`
+    /// records) and the lists are merged by creation time.
+    async fn pending(&self, limit: usize) -> StoreResult<Vec<Record>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let all = self.layout.all();
+        // By index: a closure over `&Namespace` is not `Send` enough for async-trait.
+        let lists: Vec<Vec<Record>> = stream::iter(0..all.len())
+            .map(|i| self.pending_in(&all[i], limit))
+            .buffer_unordered(FAN_OUT)
+            .try_collect()
+            .await?;
+        let mut records: Vec<Record> = lists.into_iter().flatten().collect();
+        // The index's own order (creation time, then key) across the lists.
+        records.sort_by(|a, b| (a.created_at, &a.key).cmp(&(b.created_at, &b.key)));
+        records.truncate(limit);
+        Ok(records)
+    }
+
     async fn resolve(&self, request: ResolveRequest<'_>) -> StoreResult {
         let key = request.key;
         let (mode, result, ttl) = match request.resolution {
             Resolution::Complete { result, ttl } => ("complete", result, ttl),
             Resolution::Release => ("release", "", Duration::ZERO),
         };
+        let ns = self.layout.of(key);
         let mut inv = self.scripts.resolve.prepare_invoke();
-        inv.key(self.record_key(key))
-            .key(self.history_key(key))
-            .key(self.pending_key.as_slice())
-            .key(self.expiry_key.as_slice())
-            .key(self.token_key.as_slice())
+        inv.key(ns.record(key))
+            .key(ns.history(key))
+            .key(ns.pending.as_slice())
+            .key(ns.expiry.as_slice())
+            .key(ns.token.as_slice())
             .arg(key)
             .arg(request.kind.as_str())
             .arg(request.worker)
@@ -860,7 +1103,7 @@ impl Store for RedisStore {
     async fn history(&self, key: &str) -> StoreResult<Vec<HistoryEvent>> {
         let mut conn = self.conn.clone();
         let entries: Vec<Vec<u8>> = redis::cmd("LRANGE")
-            .arg(self.history_key(key))
+            .arg(self.layout.of(key).history(key))
             .arg(0)
             .arg(-1)
             .query_async(&mut conn)
@@ -876,42 +1119,17 @@ impl Store for RedisStore {
     /// once. The count is therefore the number of records that expired since the last
     /// purge, whether Redis or this call deleted them; it is 0 when no record expired
     /// (and may miss a record that expired and was claimed again before the purge).
-    /// Pending-index entries of records that vanished otherwise (eviction, `DEL`) are
-    /// dropped without being counted. Runs in batches of a few hundred keys, each one
-    /// script, so a large purge never blocks the server for long.
+    /// Records that vanished before their expiry (eviction, `DEL`) keep their index
+    /// entries until that expiry, then are counted like the rest. Runs in batches of a
+    /// few hundred keys, each one script, so a large purge never blocks the server for
+    /// long; on a cluster, each bucket on its own (up to 32 at a time).
     async fn purge_expired(&self) -> StoreResult<u64> {
-        let mut removed = 0u64;
-        loop {
-            let mut inv = self.scripts.purge.prepare_invoke();
-            inv.key(self.expiry_key.as_slice())
-                .key(self.pending_key.as_slice())
-                .arg(self.prefix.as_slice())
-                .arg(PURGE_BATCH);
-            let reply = self.run(&inv, "purge_expired", "").await?;
-            let (gone, examined) =
-                pair(&reply).ok_or_else(|| unexpected("purge_expired", "", &reply))?;
-            removed += gone;
-            if examined < PURGE_BATCH as u64 {
-                break;
-            }
-        }
-        let mut start = 0u64;
-        loop {
-            let mut inv = self.scripts.sweep_pending.prepare_invoke();
-            inv.key(self.pending_key.as_slice())
-                .arg(self.prefix.as_slice())
-                .arg(start)
-                .arg(PURGE_BATCH);
-            let reply = self.run(&inv, "purge_expired", "").await?;
-            let (examined, dropped) =
-                pair(&reply).ok_or_else(|| unexpected("purge_expired", "", &reply))?;
-            if examined < PURGE_BATCH as u64 {
-                break;
-            }
-            // Dropped entries shifted the later ones down by as many ranks.
-            start += examined - dropped.min(examined);
-        }
-        Ok(removed)
+        let all = self.layout.all();
+        stream::iter(0..all.len())
+            .map(|i| self.purge_in(&all[i]))
+            .buffer_unordered(FAN_OUT)
+            .try_fold(0u64, |sum, removed| async move { Ok(sum + removed) })
+            .await
     }
 }
 
