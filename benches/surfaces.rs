@@ -149,7 +149,8 @@ async fn surface(
     base: u64,
 ) {
     let (ours_call, bare_call) = calls;
-    let (_, bare_before) = measure(bare, bare_call, concurrency, window, Users::Fresh { base }).await;
+    let (_, bare_before) =
+        measure(bare, bare_call, concurrency, window, Users::Fresh { base }).await;
     let (made, first) = measure(ours, ours_call, concurrency, window, Users::Fresh { base }).await;
     let replays = Users::Replay {
         base,
@@ -157,19 +158,35 @@ async fn surface(
     };
     let (_, replay) = measure(ours, ours_call, concurrency, window, replays).await;
     let extra = match extra {
-        Some((name, call)) => Some((name, measure(ours, call, concurrency, window, replays).await.1)),
+        Some((name, call)) => Some((
+            name,
+            measure(ours, call, concurrency, window, replays).await.1,
+        )),
         None => None,
     };
-    let (_, bare_after) = measure(bare, bare_call, concurrency, window, Users::Fresh { base }).await;
+    let (_, bare_after) =
+        measure(bare, bare_call, concurrency, window, Users::Fresh { base }).await;
     let bare = (bare_before + bare_after) / 2.0;
     println!(
         "{label}, conc {concurrency}: bare {bare_before:.0} /s before, {bare_after:.0} /s after"
     );
-    row(&format!("  {label} replay, conc {concurrency}"), replay, bare);
+    row(
+        &format!("  {label} replay, conc {concurrency}"),
+        replay,
+        bare,
+    );
     if let Some((name, rate)) = extra {
-        row(&format!("  {label} replay {name}, conc {concurrency}"), rate, bare);
+        row(
+            &format!("  {label} replay {name}, conc {concurrency}"),
+            rate,
+            bare,
+        );
     }
-    row(&format!("  {label} first call, conc {concurrency}"), first, bare);
+    row(
+        &format!("  {label} first call, conc {concurrency}"),
+        first,
+        bare,
+    );
 }
 
 fn main() {

@@ -240,9 +240,7 @@ pub fn order_args(user: u64) -> String {
 
 impl Client {
     pub async fn connect(addr: SocketAddr) -> Client {
-        let stream = tokio::net::TcpStream::connect(addr)
-            .await
-            .expect("connect");
+        let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
         stream.set_nodelay(true).expect("nodelay");
         let (sender, connection) =
             hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
@@ -275,9 +273,7 @@ impl Client {
                 .header("mcp-session-id", session.as_str())
                 .header("mcp-protocol-version", PROTOCOL);
         }
-        let request = request
-            .body(Full::new(Bytes::from(body)))
-            .expect("request");
+        let request = request.body(Full::new(Bytes::from(body))).expect("request");
         self.sender.ready().await.expect("connection ready");
         let response = self.sender.send_request(request).await.expect("response");
         let (parts, body) = response.into_parts();
@@ -332,7 +328,11 @@ impl Client {
                 r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_owned(),
             )
             .await;
-        assert_eq!(answer.status, StatusCode::ACCEPTED, "initialized: {answer:?}");
+        assert_eq!(
+            answer.status,
+            StatusCode::ACCEPTED,
+            "initialized: {answer:?}"
+        );
     }
 
     /// Ends the MCP session (rmcp keeps a worker task per session).
@@ -384,8 +384,13 @@ impl Client {
                     .and_then(|v| v.to_str().ok())
                     .expect("a Location")
                     .to_owned();
-                self.send("GET", &location, &[("accept", "application/json")], String::new())
-                    .await
+                self.send(
+                    "GET",
+                    &location,
+                    &[("accept", "application/json")],
+                    String::new(),
+                )
+                .await
             }
             Call::Orders => {
                 let key = format!("k-{user}");
@@ -430,7 +435,8 @@ pub fn mcp_result(answer: &Answer) -> Value {
 /// call executed, its retry replayed (the same body), and the bare servers the same result.
 pub async fn check(servers: Servers) {
     let user = 999_999_999;
-    let expected = serde_json::json!({"order_id": user * 10 + 1, "cart_id": "c-42", "total_cents": 4999});
+    let expected =
+        serde_json::json!({"order_id": user * 10 + 1, "cart_id": "c-42", "total_cents": 4999});
 
     for (addr, ours) in [(servers.mcp_ours, true), (servers.mcp_bare, false)] {
         let mut client = Client::connect(addr).await;
@@ -489,4 +495,3 @@ pub async fn check(servers: Servers) {
         assert_eq!(body, expected, "{answer:?}");
     }
 }
-
