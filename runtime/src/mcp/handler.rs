@@ -96,6 +96,53 @@ impl McpServer {
         }
     }
 
+    /// What [`ServerHandler::call_tool`] answers (see there for why it is boxed).
+    async fn answer_call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let name = request.name.to_string();
+        // rmcp moves the request's `_meta` into the context; typed params keep none.
+        let mut meta = context.meta.0 .0.clone();
+        if let Some(params_meta) = &request.meta {
+            for (k, v) in params_meta.0 .0.iter() {
+                meta.entry(k.clone()).or_insert_with(|| v.clone());
+            }
+        }
+        let in_params = transport::params_idempotency_key(&context);
+        let client_key = match client_key_of(&name, meta.get(CLIENT_KEY_META_KEY), in_params) {
+            Ok(k) => k,
+            Err(e) => return Ok(self.error_result(&name, e, None).into()),
+        };
+        let takes_tasks = context
+            .client_capabilities()
+            .is_some_and(|capabilities| capabilities.supports_tasks());
+        let tool = self.inner.registry.get(&name);
+        match (CallMode::of(tool, takes_tasks), tool) {
+            (CallMode::Task, Some(tool)) => {
+                let client_key = match client_key.map(|k| validate_client_key(&name, k)) {
+                    Some(Err(e)) => return Ok(self.error_result(&name, e, None).into()),
+                    Some(Ok(k)) => Some(k),
+                    None => None,
+                };
+                let args = request.arguments.map_or(Value::Null, Value::Object);
+                return self.start_task(tool, args, client_key).await;
+            }
+            (CallMode::MissingCapability, _) => return Err(tasks_capability_required()),
+            _ => {}
+        }
+        let asker = match self.inner.elicitation {
+            true => Asker::of(&context, request.input_responses, request.request_state),
+            false => Asker::none(),
+        };
+        let call = self.call_asking(&name, request.arguments, client_key, asker);
+        match context.meta.get_progress_token() {
+            Some(token) => with_progress_notifications(&context.peer, token, call).await,
+            None => call.await,
+        }
+    }
+
     /// Runs a registry call as this client's: in the server's scope and store, with the
     /// client's key (already validated) as a scope nested inside.
     pub(super) async fn run_call(
@@ -357,7 +404,8 @@ impl ServerHandler for McpServer {
                 Some(json!({ "uri": uri })),
             ));
         };
-        match self.operation(key).await {
+        // Boxed: see `call_tool`.
+        match Box::pin(self.operation(key)).await {
             Ok(Some(op)) => {
                 let text = serde_json::to_string(&op).map_err(|e| {
                     ErrorData::internal_error(format!("the operation cannot be encoded: {e}"), None)
@@ -376,50 +424,17 @@ impl ServerHandler for McpServer {
         }
     }
 
+    /// Boxed, as the other methods that read the store: rmcp runs each request in a task of
+    /// its own whose future holds the handler's, and moves it whole (into the task, then
+    /// its cell) before it runs. A call's future is kilobytes (the engine, approval, tasks,
+    /// progress), so every request, replays included, paid those copies; one allocation
+    /// costs less (benches/surfaces.rs, BENCHMARKS.md "The surfaces").
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let name = request.name.to_string();
-        // rmcp moves the request's `_meta` into the context; typed params keep none.
-        let mut meta = context.meta.0 .0.clone();
-        if let Some(params_meta) = &request.meta {
-            for (k, v) in params_meta.0 .0.iter() {
-                meta.entry(k.clone()).or_insert_with(|| v.clone());
-            }
-        }
-        let in_params = transport::params_idempotency_key(&context);
-        let client_key = match client_key_of(&name, meta.get(CLIENT_KEY_META_KEY), in_params) {
-            Ok(k) => k,
-            Err(e) => return Ok(self.error_result(&name, e, None).into()),
-        };
-        let takes_tasks = context
-            .client_capabilities()
-            .is_some_and(|capabilities| capabilities.supports_tasks());
-        let tool = self.inner.registry.get(&name);
-        match (CallMode::of(tool, takes_tasks), tool) {
-            (CallMode::Task, Some(tool)) => {
-                let client_key = match client_key.map(|k| validate_client_key(&name, k)) {
-                    Some(Err(e)) => return Ok(self.error_result(&name, e, None).into()),
-                    Some(Ok(k)) => Some(k),
-                    None => None,
-                };
-                let args = request.arguments.map_or(Value::Null, Value::Object);
-                return self.start_task(tool, args, client_key).await;
-            }
-            (CallMode::MissingCapability, _) => return Err(tasks_capability_required()),
-            _ => {}
-        }
-        let asker = match self.inner.elicitation {
-            true => Asker::of(&context, request.input_responses, request.request_state),
-            false => Asker::none(),
-        };
-        let call = self.call_asking(&name, request.arguments, client_key, asker);
-        match context.meta.get_progress_token() {
-            Some(token) => with_progress_notifications(&context.peer, token, call).await,
-            None => call.await,
-        }
+        Box::pin(self.answer_call_tool(request, context)).await
     }
 
     /// `tasks/get` (SEP-2663), from the store: see `tasks.rs`.
@@ -428,7 +443,7 @@ impl ServerHandler for McpServer {
         request: GetTaskParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
-        let task = self.get_task_by_id(&request.task_id).await?;
+        let task = Box::pin(self.get_task_by_id(&request.task_id)).await?;
         Ok(GetTaskResult::new(task))
     }
 
@@ -439,7 +454,7 @@ impl ServerHandler for McpServer {
         request: CancelTaskParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.cancel_task_by_id(&request.task_id).await
+        Box::pin(self.cancel_task_by_id(&request.task_id)).await
     }
 
     /// `tasks/update` (SEP-2663): no task here asks for input; acknowledged for a known id.
@@ -448,7 +463,7 @@ impl ServerHandler for McpServer {
         request: UpdateTaskParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.update_task_by_id(&request.task_id).await
+        Box::pin(self.update_task_by_id(&request.task_id)).await
     }
 
     /// rmcp 3.11 decodes a client request into `ClientRequest`, a `#[serde(untagged)]` enum

@@ -43,6 +43,7 @@ use axum::extract::Request;
 use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use axum::serve::ListenerExt as _;
 use futures::{SinkExt, StreamExt};
 use rmcp::model::JsonRpcMessage;
 use rmcp::service::{RequestContext, RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
@@ -136,6 +137,16 @@ impl McpServer {
     ) -> std::io::Result<()> {
         let stop = CancellationToken::new();
         let server = self.clone();
+        // `TCP_NODELAY` on every connection: a `tools/call` answer is an event stream that
+        // hyper writes in several small chunks (head and event, then the last chunk). With
+        // Nagle's algorithm on (`axum::serve` leaves it on), the last chunk waits for the
+        // client's delayed ACK, about 40 ms on Linux: 22 calls per second on one connection
+        // instead of thousands (benches/surfaces.rs).
+        let listener = listener.tap_io(|stream| {
+            if let Err(e) = stream.set_nodelay(true) {
+                tracing::debug!(error = %e, "tool-contracts: TCP_NODELAY not set on an MCP connection");
+            }
+        });
         let serving = axum::serve(listener, self.router(stop.child_token()))
             .with_graceful_shutdown(stop.clone().cancelled_owned())
             .into_future();
@@ -255,14 +266,100 @@ async fn keep_params_idempotency_key(request: Request, next: Next) -> Response {
                 .into_response()
         }
     };
-    // Not JSON: rmcp answers it.
-    if let Ok(message) = serde_json::from_slice::<Value>(&bytes) {
-        if let Some(key) = params_idempotency_key_of(&message) {
-            parts.extensions.insert(ParamsIdempotencyKey(key));
-        }
+    if let Some(key) = body_params_idempotency_key(&bytes) {
+        parts.extensions.insert(ParamsIdempotencyKey(key));
     }
     next.run(Request::from_parts(parts, Body::from(bytes)))
         .await
+}
+
+/// The `params.idempotencyKey` of a `tools/call` in an HTTP body. Read through [`Probe`],
+/// which builds nothing but that member (the whole message as a [`Value`] cost every
+/// request a second full decode beside rmcp's); a body the probe does not read (not an
+/// object, `params` not an object, a member name with escapes, not JSON) is read as a
+/// `Value`, so what is kept is what [`params_idempotency_key_of`] finds. Not JSON: rmcp
+/// answers it.
+fn body_params_idempotency_key(bytes: &[u8]) -> Option<Value> {
+    match serde_json::from_slice::<Probe<'_>>(bytes) {
+        Ok(probe) if probe.method == Some("tools/call") => probe.params?.key,
+        Ok(_) => None,
+        Err(_) => params_idempotency_key_of(&serde_json::from_slice::<Value>(bytes).ok()?),
+    }
+}
+
+/// The two members of a JSON-RPC message the HTTP half of the workaround reads; every other
+/// member is skipped without being built. Only an object is read (an array or a scalar is
+/// an error here, so [`body_params_idempotency_key`] reads it as a `Value`), and a member
+/// given twice counts last, as in a [`Value`].
+struct Probe<'a> {
+    method: Option<&'a str>,
+    params: Option<ProbeParams>,
+}
+
+/// `params.idempotencyKey` of a [`Probe`], kept as sent (`null` too: the handler refuses
+/// what is not a string, as for a key in `_meta`); `params` must be an object.
+struct ProbeParams {
+    key: Option<Value>,
+}
+
+impl<'de> Deserialize<'de> for Probe<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Probe<'de>;
+            fn expecting(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                f.write_str("a JSON-RPC message object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Probe<'de>, A::Error> {
+                let mut probe = Probe {
+                    method: None,
+                    params: None,
+                };
+                // Names with escapes are no `&str`: an error, so the caller reads a `Value`.
+                while let Some(name) = map.next_key::<&'de str>()? {
+                    match name {
+                        "method" => probe.method = map.next_value::<Option<&'de str>>()?,
+                        "params" => probe.params = map.next_value::<Option<ProbeParams>>()?,
+                        _ => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(probe)
+            }
+        }
+        deserializer.deserialize_map(Visit)
+    }
+}
+
+impl<'de> Deserialize<'de> for ProbeParams {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = ProbeParams;
+            fn expecting(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                f.write_str("`tools/call` params as an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<ProbeParams, A::Error> {
+                let mut key = None;
+                while let Some(name) = map.next_key::<&'de str>()? {
+                    if name == CLIENT_KEY_PARAM {
+                        key = Some(map.next_value::<Value>()?);
+                    } else {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                    }
+                }
+                Ok(ProbeParams { key })
+            }
+        }
+        deserializer.deserialize_map(Visit)
+    }
 }
 
 /// Stdio half of the workaround (see the module docs): one client message as rmcp decodes
@@ -415,5 +512,67 @@ where
     async fn close(&mut self) -> std::io::Result<()> {
         drop(self.writer.lock().await.take());
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, Value};
+
+    use super::{body_params_idempotency_key, params_idempotency_key_of};
+
+    /// The probe keeps exactly what reading the whole message as a `Value` keeps, whatever
+    /// the shape of the body: it only skips building what it does not need.
+    #[test]
+    fn the_http_probe_keeps_what_a_full_decode_keeps() {
+        let bodies = [
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{"a":[1,{"b":null}]},"idempotencyKey":"k-1"}}"#,
+            r#"{"params":{"idempotencyKey":"k-2","name":"t"},"method":"tools/call","id":2,"jsonrpc":"2.0"}"#,
+            r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"t","arguments":{}}}"#,
+            r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"t","idempotencyKey":null}}"#,
+            r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"t","idempotencyKey":7}}"#,
+            r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"idempotencyKey":{"nested":["x"]}}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/list","params":{"idempotencyKey":"k-7"}}"#,
+            r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"idempotencyKey":"a","idempotencyKey":"b"}}"#,
+            r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"idempotency\u004bey":"escaped-name"}}"#,
+            r#"{"jsonrpc":"2.0","id":10,"method":"tools\/call","params":{"idempotencyKey":"escaped-method"}}"#,
+            r#"{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"idempotencyKey":"k\n\u00e9"}}"#,
+            r#"{"jsonrpc":"2.0","id":12,"method":"tools/call","params":["idempotencyKey","k"]}"#,
+            r#"{"jsonrpc":"2.0","id":13,"method":"tools/call","params":null}"#,
+            r#"{"jsonrpc":"2.0","id":14,"method":"tools/call"}"#,
+            r#"{"jsonrpc":"2.0","id":15,"method":7,"params":{"idempotencyKey":"k"}}"#,
+            r#"{"jsonrpc":"2.0","method":"tools/call","method":"tools/list","params":{"idempotencyKey":"k"}}"#,
+            r#"{"jsonrpc":"2.0","method":"tools/list","method":"tools/call","params":{"idempotencyKey":"k"}}"#,
+            r#"["tools/call",{"idempotencyKey":"k"}]"#,
+            r#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"idempotencyKey":"k"}}]"#,
+            r#""tools/call""#,
+            "null",
+            "not json",
+            r#"{"method":"tools/call","params":{"idempotencyKey":"k"}"#,
+            "",
+        ];
+        for body in bodies {
+            let full = serde_json::from_slice::<Value>(body.as_bytes())
+                .ok()
+                .and_then(|message| params_idempotency_key_of(&message));
+            assert_eq!(
+                body_params_idempotency_key(body.as_bytes()),
+                full,
+                "body: {body}"
+            );
+        }
+        // The cases above do reach a key where one is sent.
+        assert_eq!(
+            body_params_idempotency_key(bodies[0].as_bytes()),
+            Some(json!("k-1"))
+        );
+        assert_eq!(
+            body_params_idempotency_key(bodies[3].as_bytes()),
+            Some(Value::Null)
+        );
+        assert_eq!(
+            body_params_idempotency_key(bodies[8].as_bytes()),
+            Some(json!("escaped-name"))
+        );
     }
 }

@@ -1,0 +1,240 @@
+//! Issue item "The surfaces": calls per second through the MCP and HTTP surfaces against a
+//! bare server doing the same work without deduplication, same client, same run.
+//!
+//! - **MCP**: `tools/call` of `create_order` over streamable HTTP, to `McpServer` (its own
+//!   `serve_http_listener`) and to a bare rmcp server (a hand-written `ServerHandler` whose
+//!   `call_tool` decodes the arguments, runs the tool's body and answers
+//!   `CallToolResult::structured`) behind rmcp's `StreamableHttpService` with the same
+//!   settings as `McpServer`'s (session mode, rmcp's `LocalSessionManager`, the same body
+//!   limit and `Origin` list).
+//! - **HTTP tools**: `POST /tools/create_order` to `HttpTools::into_router` with
+//!   `Prefer: return=representation` (the result in the answer: what an API client sends,
+//!   one round trip), and the same call answered `303` then followed with
+//!   `GET /operations/{key}` (what `curl -L` or a browser does), against a bare axum handler
+//!   (`Json<Args>` in, `Json<Order>` out) at the same path.
+//! - **`IdempotencyLayer`**: `POST /orders` with an `Idempotency-Key`, the same bare
+//!   handler behind the layer, against the handler without it.
+//!
+//! Every server keeps its records in a `MemoryStore` of its own. A *first call* has a fresh
+//! `user_id` (and, for the layer, a fresh key); a *replay* repeats a key completed in the
+//! first-call window. The bare servers run the body every time (they have nothing to
+//! replay), so "first call" and "replay" are the same request for them.
+//!
+//! The client is the same for every server: hyper's HTTP/1.1 connection (one keep-alive
+//! connection per client task), the JSON body formatted per request, the whole answer
+//! read (for MCP, the event stream of the `tools/call` POST up to its end). Each MCP client
+//! task opens its own session (`initialize`, `notifications/initialized`, protocol
+//! 2025-06-18) before the window and closes it after. Servers and clients run in this one
+//! process on 127.0.0.1 (ephemeral ports), on one tokio multi-thread runtime with two
+//! workers: **client and servers share the machine's two cores**, so a ratio compares the
+//! whole round trip, client work included.
+//!
+//! Each row's bare baseline is measured right before and right after it (its windows
+//! alternate: bare, ours, ours, bare); the ratio is against their mean.
+//! Concurrency 1 and 16 (or the comma list in `TOOL_CONTRACTS_BENCH_CONCURRENCY`).
+//! Run: `cargo bench -p tool-contracts-benches --bench surfaces` (add `-- --quick`).
+
+#[allow(dead_code)]
+#[path = "common/mod.rs"]
+mod common;
+#[allow(dead_code)]
+#[path = "common/tool.rs"]
+mod tool;
+
+#[allow(dead_code)]
+#[path = "common/surfaces.rs"]
+mod surfaces;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hyper::StatusCode;
+use surfaces::{check, start_servers, Call, Client};
+
+/// Concurrencies to measure: 1 and 16, or the comma list in
+/// `TOOL_CONTRACTS_BENCH_CONCURRENCY`.
+fn concurrencies() -> Vec<usize> {
+    std::env::var("TOOL_CONTRACTS_BENCH_CONCURRENCY")
+        .ok()
+        .map(|v| {
+            v.split(',')
+                .filter_map(|c| c.trim().parse().ok())
+                .collect::<Vec<usize>>()
+        })
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| vec![1, 16])
+}
+
+// ------------------------------------------------------------------ measuring
+
+/// Which users a window's calls are for: fresh ones from `base`, or the `made` users from
+/// `base` over and over.
+#[derive(Clone, Copy)]
+enum Users {
+    Fresh { base: u64 },
+    Replay { base: u64, made: u64 },
+}
+
+/// `concurrency` clients of `addr` (each its own connection, MCP session opened first)
+/// making `call`s for `users` until `window` has passed. Returns (calls, calls per second).
+async fn measure(
+    addr: SocketAddr,
+    call: Call,
+    concurrency: usize,
+    window: Duration,
+    users: Users,
+) -> (u64, f64) {
+    let mut clients = Vec::with_capacity(concurrency);
+    for _ in 0..concurrency {
+        let mut client = Client::connect(addr).await;
+        if call == Call::Mcp {
+            client.initialize().await;
+        }
+        clients.push(client);
+    }
+    let next = Arc::new(AtomicU64::new(0));
+    let began = Instant::now();
+    let tasks: Vec<_> = clients
+        .into_iter()
+        .map(|mut client| {
+            let next = Arc::clone(&next);
+            tokio::spawn(async move {
+                let mut n = 0u64;
+                while began.elapsed() < window {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let user = match users {
+                        Users::Fresh { base } => base + i,
+                        Users::Replay { base, made } => base + i % made,
+                    };
+                    let answer = client.call(call, user).await;
+                    assert_eq!(answer.status, StatusCode::OK, "{call:?}: {answer:?}");
+                    n += 1;
+                }
+                let elapsed = began.elapsed();
+                client.close().await;
+                (n, elapsed)
+            })
+        })
+        .collect();
+    let (mut total, mut elapsed) = (0, Duration::ZERO);
+    for task in tasks {
+        // Up to each client's last answer, not the closing of its session.
+        let (n, until) = task.await.expect("client task");
+        total += n;
+        elapsed = elapsed.max(until);
+    }
+    (total, common::per_sec(total, elapsed))
+}
+
+fn row(name: &str, rate: f64, bare: f64) {
+    println!(
+        "{name:<58} {rate:>8.0} /s  bare {bare:>8.0} /s  x{:.2}",
+        rate / bare
+    );
+}
+
+/// One surface at one concurrency: bare, our first calls, our replays (and the extra
+/// replay forms), bare again; each of ours against the mean of the two bare windows.
+#[allow(clippy::too_many_arguments)]
+async fn surface(
+    label: &str,
+    ours: SocketAddr,
+    bare: SocketAddr,
+    calls: (Call, Call),
+    extra: Option<(&str, Call)>,
+    concurrency: usize,
+    window: Duration,
+    base: u64,
+) {
+    let (ours_call, bare_call) = calls;
+    let (_, bare_before) =
+        measure(bare, bare_call, concurrency, window, Users::Fresh { base }).await;
+    let (made, first) = measure(ours, ours_call, concurrency, window, Users::Fresh { base }).await;
+    let replays = Users::Replay {
+        base,
+        made: made.max(1),
+    };
+    let (_, replay) = measure(ours, ours_call, concurrency, window, replays).await;
+    let extra = match extra {
+        Some((name, call)) => Some((
+            name,
+            measure(ours, call, concurrency, window, replays).await.1,
+        )),
+        None => None,
+    };
+    let (_, bare_after) =
+        measure(bare, bare_call, concurrency, window, Users::Fresh { base }).await;
+    let bare = (bare_before + bare_after) / 2.0;
+    println!(
+        "{label}, conc {concurrency}: bare {bare_before:.0} /s before, {bare_after:.0} /s after"
+    );
+    row(
+        &format!("  {label} replay, conc {concurrency}"),
+        replay,
+        bare,
+    );
+    if let Some((name, rate)) = extra {
+        row(
+            &format!("  {label} replay {name}, conc {concurrency}"),
+            rate,
+            bare,
+        );
+    }
+    row(
+        &format!("  {label} first call, conc {concurrency}"),
+        first,
+        bare,
+    );
+}
+
+fn main() {
+    let mode = common::Mode::detect();
+    common::print_machine("surfaces");
+    let rt = common::multi_thread_runtime();
+    let window = mode.window();
+    rt.block_on(async {
+        let servers = start_servers().await;
+        check(servers).await;
+        println!(
+            "client: hyper HTTP/1.1, one keep-alive connection per client task; servers in this process; client and servers share one 2-worker tokio runtime"
+        );
+        for (i, c) in concurrencies().into_iter().enumerate() {
+            let base = (i as u64 + 1) * 1_000_000_000;
+            surface(
+                "MCP tools/call (McpServer vs bare rmcp)",
+                servers.mcp_ours,
+                servers.mcp_bare,
+                (Call::Mcp, Call::Mcp),
+                None,
+                c,
+                window,
+                base,
+            )
+            .await;
+            surface(
+                "HTTP POST /tools (HttpTools vs bare axum)",
+                servers.tools,
+                servers.bare,
+                (Call::ToolsRepresentation, Call::ToolsRepresentation),
+                Some(("303 + GET /operations", Call::ToolsFollow)),
+                c,
+                window,
+                base,
+            )
+            .await;
+            surface(
+                "IdempotencyLayer POST /orders (vs bare axum)",
+                servers.layer,
+                servers.bare,
+                (Call::Orders, Call::Orders),
+                None,
+                c,
+                window,
+                base,
+            )
+            .await;
+        }
+    });
+}
