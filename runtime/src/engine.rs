@@ -3,7 +3,7 @@
 use core::future::Future;
 use core::time::Duration;
 use std::cell::Cell;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -26,8 +26,9 @@ pub struct Call {
     /// A `String`: replays never need it shared; a body that runs gets an `Arc` copy.
     key: String,
     scope: Option<Arc<str>>,
-    /// [`FINGERPRINT_PREFIX`] and a truncated SHA-256 of `args`.
-    fingerprint: String,
+    /// The fingerprint of `args` (`key::fingerprint`), made when first needed: a replay
+    /// of a record that holds the same `args` never needs it.
+    fingerprint: OnceLock<String>,
     /// The JSON arguments, kept in the store for reconciliation.
     args: String,
     /// Whether the call waits for a person's approval before its key is claimed.
@@ -144,7 +145,7 @@ impl CallBuilder {
             spec,
             key,
             scope,
-            fingerprint: key::fingerprint(&args),
+            fingerprint: OnceLock::new(),
             args,
             approval: self.approval,
         })
@@ -198,13 +199,19 @@ fn args_in_order(args: &str) -> Option<Vec<(String, serde_json::Value)>> {
 }
 
 impl Call {
+    /// The arguments' fingerprint, computed on first use.
+    fn fingerprint(&self) -> &str {
+        self.fingerprint
+            .get_or_init(|| key::fingerprint(&self.args))
+    }
+
     fn request(&self) -> ClaimRequest<'_> {
         ClaimRequest {
             key: &self.key,
             tool: self.spec.name,
             version: self.spec.version,
             scope: self.scope.as_deref(),
-            fingerprint: &self.fingerprint,
+            fingerprint: self.fingerprint(),
             args: &self.args,
             lease: self.spec.lease,
             ttl: self.spec.ttl,
@@ -223,7 +230,7 @@ impl Call {
     /// Whether a call whose arguments have fingerprint `theirs` may share our key: the
     /// same arguments, or `payload_mismatch = "replay"`.
     fn accepts(&self, theirs: &str) -> bool {
-        theirs == self.fingerprint || self.spec.payload_mismatch == Mismatch::Replay
+        self.spec.payload_mismatch == Mismatch::Replay || theirs == self.fingerprint()
     }
 
     /// The key was used with other arguments, stored as `their_args` (if they could be
@@ -740,12 +747,18 @@ async fn acquire(
         take_over: has_verify || spec.on_unknown == OnUnknown::Rerun,
         accepts: &accepts,
     };
-    let acquired = lease::acquire(store, call.request(), policy)
-        .await
-        .map_err(|e| {
-            tracing::warn!(tool = spec.name, key = %call.key, decision = "rejected", reason = "store", error = %e, "tool-contracts: store failed; nothing ran");
-            Settled::Refused(call.store_error(e))
-        })?;
+    // A completed key the store answers from memory needs no claim (and, holding these
+    // very arguments, no fingerprint).
+    let now = lease::completed_now(store, &call.key, call.scope.as_deref(), &call.args, &policy);
+    let acquired = match now {
+        Some(acquired) => acquired,
+        None => lease::acquire(store, call.request(), policy)
+            .await
+            .map_err(|e| {
+                tracing::warn!(tool = spec.name, key = %call.key, decision = "rejected", reason = "store", error = %e, "tool-contracts: store failed; nothing ran");
+                Settled::Refused(call.store_error(e))
+            })?,
+    };
     let in_progress = |lease_remaining: Duration| Error::InProgress {
         tool: spec.name.to_owned(),
         key: call.key.clone(),

@@ -386,6 +386,16 @@ impl Store for MemoryStore {
         "memory"
     }
 
+    /// A completed, unexpired record made in `scope`: what [`claim`](Store::claim) would
+    /// answer, read under the same shard lock.
+    fn completed_now(&self, key: &str, scope: Option<&str>) -> Option<Arc<Record>> {
+        let now = Instant::now();
+        let (hash, shard) = self.shard(key);
+        let entry = shard.records.get(hash, key)?;
+        let live = matches!(entry.state, State::Completed) && entry.expires_at > now;
+        (live && entry.record.scope.as_deref() == scope).then(|| Arc::clone(&entry.record))
+    }
+
     async fn claim(&self, req: ClaimRequest<'_>) -> StoreResult<ClaimOutcome> {
         let now = Instant::now();
         let (hash, mut guard) = self.shard(req.key);
