@@ -49,8 +49,11 @@ pub struct CallBuilder {
 impl CallBuilder {
     /// Starts a call of `spec` in the current scope.
     pub fn new(spec: &'static ToolSpec) -> Self {
-        // Room for a typical call's arguments, so the document is not reallocated.
-        let mut args = Vec::with_capacity(256);
+        // The buffer a finished call on this thread gave back, else room for a typical
+        // call's arguments, so the document is not reallocated.
+        let mut args = SPARE_ARGS.try_with(Cell::take).unwrap_or_default();
+        args.clear();
+        args.reserve(256);
         args.push(b'{');
         Self {
             spec,
@@ -89,7 +92,7 @@ impl CallBuilder {
         self.args.push(b'"');
         self.args.extend_from_slice(name.as_bytes());
         self.args.extend_from_slice(b"\":");
-        if let Err(e) = key::write_canonical(value, &mut self.args) {
+        if let Err(e) = self.key.write_value(value, &mut self.args) {
             self.args.truncate(start);
             self.error = Some(Error::InvalidArguments {
                 tool: self.spec.name.to_owned(),
@@ -120,7 +123,7 @@ impl CallBuilder {
     /// The key alone (what [`ToolDescriptor::key`](crate::ToolDescriptor::key) reports):
     /// through [`finish`](Self::finish), so it refuses exactly what a call refuses.
     pub fn key(self) -> Result<String, Error> {
-        self.finish().map(|call| call.key)
+        self.finish().map(|mut call| core::mem::take(&mut call.key))
     }
 
     /// The finished call, or the reason no call may be made: a tool name that another
@@ -149,6 +152,26 @@ impl CallBuilder {
             args,
             approval: self.approval,
         })
+    }
+}
+
+/// Arguments buffers larger than this are dropped rather than kept for the next call.
+const SPARE_ARGS_MAX_BYTES: usize = 64 * 1024;
+
+thread_local! {
+    /// The arguments buffer of the last call finished on this thread, for the next
+    /// [`CallBuilder`]: a call's arguments document then costs no allocation once warm.
+    static SPARE_ARGS: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+}
+
+impl Drop for Call {
+    /// Gives the arguments buffer back to this thread's [`SPARE_ARGS`] (unless it is large).
+    fn drop(&mut self) {
+        let args = core::mem::take(&mut self.args).into_bytes();
+        if args.capacity() <= SPARE_ARGS_MAX_BYTES {
+            // During thread teardown there is nowhere to keep it: it is dropped.
+            let _ = SPARE_ARGS.try_with(|spare| spare.set(args));
+        }
     }
 }
 
