@@ -82,6 +82,11 @@ pub fn decode_args<A: DeserializeOwned>(spec: &'static ToolSpec, args: &Value) -
             })
         }
     };
+    // Without path tracking first (its wrappers cost more than the decoding itself), and
+    // only for arguments that fail, once more with it to name the offending field.
+    if let Ok(decoded) = A::deserialize(args) {
+        return Ok(decoded);
+    }
     serde_path_to_error::deserialize(args).map_err(|e| {
         let path = e.path().to_string();
         Error::InvalidArguments {

@@ -3,7 +3,7 @@
 use core::future::Future;
 use core::time::Duration;
 use std::cell::Cell;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -26,8 +26,9 @@ pub struct Call {
     /// A `String`: replays never need it shared; a body that runs gets an `Arc` copy.
     key: String,
     scope: Option<Arc<str>>,
-    /// [`FINGERPRINT_PREFIX`] and a truncated SHA-256 of `args`.
-    fingerprint: String,
+    /// The fingerprint of `args` (`key::fingerprint`), made when first needed: a replay
+    /// of a record that holds the same `args` never needs it.
+    fingerprint: OnceLock<String>,
     /// The JSON arguments, kept in the store for reconciliation.
     args: String,
     /// Whether the call waits for a person's approval before its key is claimed.
@@ -48,8 +49,11 @@ pub struct CallBuilder {
 impl CallBuilder {
     /// Starts a call of `spec` in the current scope.
     pub fn new(spec: &'static ToolSpec) -> Self {
-        // Room for a typical call's arguments, so the document is not reallocated.
-        let mut args = Vec::with_capacity(256);
+        // The buffer a finished call on this thread gave back, else room for a typical
+        // call's arguments, so the document is not reallocated.
+        let mut args = SPARE_ARGS.try_with(Cell::take).unwrap_or_default();
+        args.clear();
+        args.reserve(256);
         args.push(b'{');
         Self {
             spec,
@@ -88,7 +92,7 @@ impl CallBuilder {
         self.args.push(b'"');
         self.args.extend_from_slice(name.as_bytes());
         self.args.extend_from_slice(b"\":");
-        if let Err(e) = key::write_canonical(value, &mut self.args) {
+        if let Err(e) = self.key.write_value(value, &mut self.args) {
             self.args.truncate(start);
             self.error = Some(Error::InvalidArguments {
                 tool: self.spec.name.to_owned(),
@@ -119,7 +123,7 @@ impl CallBuilder {
     /// The key alone (what [`ToolDescriptor::key`](crate::ToolDescriptor::key) reports):
     /// through [`finish`](Self::finish), so it refuses exactly what a call refuses.
     pub fn key(self) -> Result<String, Error> {
-        self.finish().map(|call| call.key)
+        self.finish().map(|mut call| core::mem::take(&mut call.key))
     }
 
     /// The finished call, or the reason no call may be made: a tool name that another
@@ -144,10 +148,30 @@ impl CallBuilder {
             spec,
             key,
             scope,
-            fingerprint: key::fingerprint(&args),
+            fingerprint: OnceLock::new(),
             args,
             approval: self.approval,
         })
+    }
+}
+
+/// Arguments buffers larger than this are dropped rather than kept for the next call.
+const SPARE_ARGS_MAX_BYTES: usize = 64 * 1024;
+
+thread_local! {
+    /// The arguments buffer of the last call finished on this thread, for the next
+    /// [`CallBuilder`]: a call's arguments document then costs no allocation once warm.
+    static SPARE_ARGS: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+}
+
+impl Drop for Call {
+    /// Gives the arguments buffer back to this thread's [`SPARE_ARGS`] (unless it is large).
+    fn drop(&mut self) {
+        let args = core::mem::take(&mut self.args).into_bytes();
+        if args.capacity() <= SPARE_ARGS_MAX_BYTES {
+            // During thread teardown there is nowhere to keep it: it is dropped.
+            let _ = SPARE_ARGS.try_with(|spare| spare.set(args));
+        }
     }
 }
 
@@ -198,13 +222,19 @@ fn args_in_order(args: &str) -> Option<Vec<(String, serde_json::Value)>> {
 }
 
 impl Call {
+    /// The arguments' fingerprint, computed on first use.
+    fn fingerprint(&self) -> &str {
+        self.fingerprint
+            .get_or_init(|| key::fingerprint(&self.args))
+    }
+
     fn request(&self) -> ClaimRequest<'_> {
         ClaimRequest {
             key: &self.key,
             tool: self.spec.name,
             version: self.spec.version,
             scope: self.scope.as_deref(),
-            fingerprint: &self.fingerprint,
+            fingerprint: self.fingerprint(),
             args: &self.args,
             lease: self.spec.lease,
             ttl: self.spec.ttl,
@@ -223,7 +253,7 @@ impl Call {
     /// Whether a call whose arguments have fingerprint `theirs` may share our key: the
     /// same arguments, or `payload_mismatch = "replay"`.
     fn accepts(&self, theirs: &str) -> bool {
-        theirs == self.fingerprint || self.spec.payload_mismatch == Mismatch::Replay
+        self.spec.payload_mismatch == Mismatch::Replay || theirs == self.fingerprint()
     }
 
     /// The key was used with other arguments, stored as `their_args` (if they could be
@@ -740,12 +770,18 @@ async fn acquire(
         take_over: has_verify || spec.on_unknown == OnUnknown::Rerun,
         accepts: &accepts,
     };
-    let acquired = lease::acquire(store, call.request(), policy)
-        .await
-        .map_err(|e| {
-            tracing::warn!(tool = spec.name, key = %call.key, decision = "rejected", reason = "store", error = %e, "tool-contracts: store failed; nothing ran");
-            Settled::Refused(call.store_error(e))
-        })?;
+    // A completed key the store answers from memory needs no claim (and, holding these
+    // very arguments, no fingerprint).
+    let now = lease::completed_now(store, &call.key, call.scope.as_deref(), &call.args, &policy);
+    let acquired = match now {
+        Some(acquired) => acquired,
+        None => lease::acquire(store, call.request(), policy)
+            .await
+            .map_err(|e| {
+                tracing::warn!(tool = spec.name, key = %call.key, decision = "rejected", reason = "store", error = %e, "tool-contracts: store failed; nothing ran");
+                Settled::Refused(call.store_error(e))
+            })?,
+    };
     let in_progress = |lease_remaining: Duration| Error::InProgress {
         tool: spec.name.to_owned(),
         key: call.key.clone(),

@@ -68,6 +68,40 @@ pub(crate) enum Acquired {
     },
 }
 
+/// What [`acquire`] would answer for a key the store can tell is completed without I/O
+/// ([`Store::completed_now`]: an in-process store, a near cache's copy), found before any
+/// claim request is made: the record, or [`Acquired::Mismatch`] if `policy` refuses its
+/// fingerprint. A record that holds exactly `args` (the caller's canonical arguments
+/// document) holds the caller's own arguments, so it is accepted without asking `policy`:
+/// a caller whose fingerprint is a digest of `args` need not compute it. `None`: claim
+/// with [`acquire`].
+pub(crate) fn completed_now(
+    store: &Arc<dyn Store>,
+    key: &str,
+    scope: Option<&str>,
+    args: &str,
+    policy: &Policy<'_>,
+) -> Option<Acquired> {
+    let record = store.completed_now(key, scope)?;
+    if record.args == args {
+        return Some(Acquired::Completed(record));
+    }
+    Some(completed(record, policy))
+}
+
+/// A completed record under `policy`: the record, or a mismatch if its fingerprint is
+/// refused.
+fn completed(record: Arc<Record>, policy: &Policy<'_>) -> Acquired {
+    if (policy.accepts)(&record.fingerprint) {
+        Acquired::Completed(record)
+    } else {
+        Acquired::Mismatch {
+            fingerprint: record.fingerprint.clone(),
+            record: Some(record),
+        }
+    }
+}
+
 /// Claims `req.key` under `policy`: loops over the store's answers until the key is held
 /// or settled (completed, busy, abandoned, refused).
 pub(crate) async fn acquire(
@@ -94,15 +128,7 @@ pub(crate) async fn acquire(
                     _held: LeaseHeld::new(req.tool),
                 }))
             }
-            ClaimOutcome::Completed(record) => {
-                if !(policy.accepts)(&record.fingerprint) {
-                    return Ok(Acquired::Mismatch {
-                        fingerprint: record.fingerprint.clone(),
-                        record: Some(record),
-                    });
-                }
-                return Ok(Acquired::Completed(record));
-            }
+            ClaimOutcome::Completed(record) => return Ok(completed(record, &policy)),
             ClaimOutcome::InProgress {
                 fingerprint,
                 lease_remaining,

@@ -26,13 +26,69 @@ pub(crate) struct UnknownMember {
 }
 
 /// The first member of `args` that `schema` (a tool's input schema) does not declare.
+///
+/// Runs on every registry call, so the walk allocates nothing unless it finds one: paths
+/// are a chain of borrowed segments rendered only for the answer, `$ref`s are followed
+/// without copying their pointer, and an object's declared members are looked up in place.
 pub(crate) fn unknown_member(schema: &Value, args: &Value) -> Option<UnknownMember> {
     let walk = Walk { root: schema };
-    walk.check(schema, args, "", 0)
+    walk.check(schema, args, Path::Root, 0)
 }
 
 /// Deeper than this, a schema is not followed (a recursive type): nothing is refused there.
 const MAX_DEPTH: usize = 64;
+
+/// Where the walk is, as borrowed segments; [`Path::render`] gives the dotted path.
+#[derive(Clone, Copy)]
+enum Path<'p> {
+    /// The arguments object itself.
+    Root,
+    /// A member of the object at the parent path.
+    Member(&'p Path<'p>, &'p str),
+    /// An item of the array at the parent path.
+    Item(&'p Path<'p>, usize),
+}
+
+impl Path<'_> {
+    /// The dotted path (`cart.items.1`), as [`join`] builds it segment by segment.
+    fn render(&self) -> String {
+        match self {
+            Path::Root => String::new(),
+            Path::Member(parent, name) => join(&parent.render(), name),
+            Path::Item(parent, i) => join(&parent.render(), &i.to_string()),
+        }
+    }
+}
+
+/// [`Value::pointer`] (RFC 6901) without its copy of every reference token: a token is
+/// unescaped (`~1`, `~0`) into a new string only when it holds a `~`.
+fn pointer<'v>(root: &'v Value, pointer: &str) -> Option<&'v Value> {
+    if pointer.is_empty() {
+        return Some(root);
+    }
+    let rest = pointer.strip_prefix('/')?;
+    rest.split('/').try_fold(root, |target, token| {
+        let token: std::borrow::Cow<'_, str> = if token.contains('~') {
+            token.replace("~1", "/").replace("~0", "~").into()
+        } else {
+            token.into()
+        };
+        match target {
+            Value::Object(map) => map.get(token.as_ref()),
+            Value::Array(list) => array_index(&token).and_then(|i| list.get(i)),
+            _ => None,
+        }
+    })
+}
+
+/// An array index token as RFC 6901 (and `serde_json`) reads it: decimal, no sign, no
+/// leading zero.
+fn array_index(token: &str) -> Option<usize> {
+    if token.starts_with('+') || (token.starts_with('0') && token.len() != 1) {
+        return None;
+    }
+    token.parse().ok()
+}
 
 struct Walk<'a> {
     root: &'a Value,
@@ -46,10 +102,10 @@ impl<'a> Walk<'a> {
             let Some(reference) = schema.get("$ref").and_then(Value::as_str) else {
                 return schema;
             };
-            let Some(pointer) = reference.strip_prefix('#') else {
+            let Some(target) = reference.strip_prefix('#') else {
                 return &Value::Bool(true);
             };
-            match self.root.pointer(pointer) {
+            match pointer(self.root, target) {
                 Some(target) => schema = target,
                 None => return &Value::Bool(true),
             }
@@ -61,7 +117,7 @@ impl<'a> Walk<'a> {
         &self,
         schema: &'a Value,
         value: &Value,
-        path: &str,
+        path: Path<'_>,
         depth: usize,
     ) -> Option<UnknownMember> {
         if depth > MAX_DEPTH {
@@ -97,33 +153,32 @@ impl<'a> Walk<'a> {
         &self,
         schema: &'a Map<String, Value>,
         value: &Value,
-        path: &str,
+        path: Path<'_>,
         depth: usize,
     ) -> Option<UnknownMember> {
         match value {
             Value::Object(members) => {
-                let mut declared: Vec<(&'a str, &'a Value)> = Vec::new();
-                let mut open = false;
-                self.collect(schema, &mut declared, &mut open, depth);
-                if declared.is_empty() {
+                if !self.declares_any(schema, depth) {
                     return None; // nothing declared: a map or any JSON value
                 }
+                let open = self.is_open(schema, depth);
                 for (name, member) in members {
-                    let inner = join(path, name);
-                    match declared.iter().find(|(n, _)| *n == name) {
-                        Some((_, member_schema)) => {
-                            if let Some(found) =
-                                self.check(member_schema, member, &inner, depth + 1)
+                    let inner = Path::Member(&path, name);
+                    match self.declared(schema, name, depth) {
+                        Some(member_schema) => {
+                            if let Some(found) = self.check(member_schema, member, inner, depth + 1)
                             {
                                 return Some(found);
                             }
                         }
                         None if open => {}
                         None => {
+                            let mut declared = Vec::new();
+                            self.collect(schema, &mut declared, depth);
                             return Some(UnknownMember {
-                                path: inner,
-                                expected: declared.iter().map(|(n, _)| (*n).to_owned()).collect(),
-                            })
+                                path: inner.render(),
+                                expected: declared.into_iter().map(str::to_owned).collect(),
+                            });
                         }
                     }
                 }
@@ -136,8 +191,8 @@ impl<'a> Walk<'a> {
                         .and_then(|p| p.get(i))
                         .or_else(|| schema.get("items").filter(|s| s.is_object()));
                     if let Some(item_schema) = item_schema {
-                        let inner = join(path, &i.to_string());
-                        if let Some(found) = self.check(item_schema, item, &inner, depth + 1) {
+                        let inner = Path::Item(&path, i);
+                        if let Some(found) = self.check(item_schema, item, inner, depth + 1) {
                             return Some(found);
                         }
                     }
@@ -148,35 +203,88 @@ impl<'a> Walk<'a> {
         }
     }
 
-    /// Declared properties of `schema` and of its `allOf` parts; `open` when any of them
-    /// allows members it does not list.
-    fn collect(
+    /// The `allOf` parts of `schema` (e.g. `#[serde(flatten)]`), unresolved.
+    fn parts(schema: &'a Map<String, Value>) -> &'a [Value] {
+        match schema.get("allOf") {
+            Some(Value::Array(parts)) => parts,
+            _ => &[],
+        }
+    }
+
+    /// Whether `schema` or one of its `allOf` parts declares a property.
+    fn declares_any(&self, schema: &'a Map<String, Value>, depth: usize) -> bool {
+        if depth > MAX_DEPTH {
+            return false;
+        }
+        if matches!(schema.get("properties"), Some(Value::Object(p)) if !p.is_empty()) {
+            return true;
+        }
+        Self::parts(schema)
+            .iter()
+            .any(|part| match self.resolve(part) {
+                Value::Object(part) => self.declares_any(part, depth + 1),
+                _ => false,
+            })
+    }
+
+    /// The schema of the declared member `name`: from `schema`'s own properties first,
+    /// then from its `allOf` parts in order (the first declaration wins).
+    fn declared(
         &self,
         schema: &'a Map<String, Value>,
-        declared: &mut Vec<(&'a str, &'a Value)>,
-        open: &mut bool,
+        name: &str,
         depth: usize,
-    ) {
+    ) -> Option<&'a Value> {
         if depth > MAX_DEPTH {
-            *open = true;
-            return;
+            return None;
         }
         if let Some(Value::Object(properties)) = schema.get("properties") {
-            declared.extend(properties.iter().map(|(n, s)| (n.as_str(), s)));
+            if let Some(member) = properties.get(name) {
+                return Some(member);
+            }
+        }
+        Self::parts(schema)
+            .iter()
+            .find_map(|part| match self.resolve(part) {
+                Value::Object(part) => self.declared(part, name, depth + 1),
+                _ => None,
+            })
+    }
+
+    /// Whether `schema` or one of its `allOf` parts allows members it does not list (or
+    /// is too deep to follow).
+    fn is_open(&self, schema: &'a Map<String, Value>, depth: usize) -> bool {
+        if depth > MAX_DEPTH {
+            return true;
         }
         match schema.get("additionalProperties") {
             None | Some(Value::Bool(false)) => {}
-            Some(_) => *open = true,
+            Some(_) => return true,
         }
         if schema.contains_key("patternProperties") {
-            *open = true;
+            return true;
         }
-        if let Some(Value::Array(parts)) = schema.get("allOf") {
-            for part in parts {
-                match self.resolve(part) {
-                    Value::Object(part) => self.collect(part, declared, open, depth + 1),
-                    _ => *open = true,
-                }
+        // A part that is not an object schema allows any member.
+        Self::parts(schema)
+            .iter()
+            .any(|part| match self.resolve(part) {
+                Value::Object(part) => self.is_open(part, depth + 1),
+                _ => true,
+            })
+    }
+
+    /// Declared property names of `schema` and of its `allOf` parts, in schema order
+    /// (what an error lists as expected).
+    fn collect(&self, schema: &'a Map<String, Value>, declared: &mut Vec<&'a str>, depth: usize) {
+        if depth > MAX_DEPTH {
+            return;
+        }
+        if let Some(Value::Object(properties)) = schema.get("properties") {
+            declared.extend(properties.keys().map(String::as_str));
+        }
+        for part in Self::parts(schema) {
+            if let Value::Object(part) = self.resolve(part) {
+                self.collect(part, declared, depth + 1);
             }
         }
     }
@@ -264,6 +372,64 @@ mod tests {
             unknown_member(&s, &json!({"nope": 1})).unwrap().path,
             "nope"
         );
+    }
+
+    /// The walk's own `$ref` pointer reads what `serde_json`'s `Value::pointer` reads, escapes
+    /// and array indices included.
+    #[test]
+    fn refs_are_followed_as_json_pointers() {
+        let doc = json!({
+            "$defs": {"a/b": {"x": 1}, "m~n": [10, 20], "": {"e": true}},
+            "list": [{"k": "v"}]
+        });
+        for p in [
+            "",
+            "/",
+            "/$defs",
+            "/$defs/a~1b",
+            "/$defs/a~1b/x",
+            "/$defs/m~0n/1",
+            "/$defs/m~0n/01",
+            "/$defs/m~0n/+1",
+            "/$defs/m~0n/2",
+            "/$defs//e",
+            "/list/0/k",
+            "/list/-",
+            "nope",
+            "/$defs/a/b",
+            "/$defs/~01",
+        ] {
+            assert_eq!(pointer(&doc, p), doc.pointer(p), "{p:?}");
+        }
+        // Through a schema: a definition whose name needs escaping.
+        let schema = json!({
+            "type": "object",
+            "properties": {"c": {"$ref": "#/$defs/C~1v2"}},
+            "$defs": {"C/v2": {"type": "object", "properties": {"id": {}}}}
+        });
+        assert_eq!(unknown_member(&schema, &json!({"c": {"id": 1}})), None);
+        let found = unknown_member(&schema, &json!({"c": {"id": 1, "x": 2}})).unwrap();
+        assert_eq!(found.path, "c.x");
+        assert_eq!(found.expected, ["id"]);
+    }
+
+    /// An error lists the object's own members, then its `allOf` parts' in order; the
+    /// first declaration of a name is the one followed.
+    #[test]
+    fn expected_members_come_in_schema_order() {
+        let schema = json!({
+            "type": "object",
+            "properties": {"z": {}, "a": {}},
+            "allOf": [
+                {"properties": {"m": {"type": "object", "properties": {"q": {}}}}},
+                {"properties": {"m": {}, "b": {}}}
+            ]
+        });
+        let found = unknown_member(&schema, &json!({"a": 1, "nope": 2})).unwrap();
+        assert_eq!(found.expected, ["a", "z", "m", "b", "m"]);
+        let nested = unknown_member(&schema, &json!({"m": {"r": 1}})).unwrap();
+        assert_eq!(nested.path, "m.r");
+        assert_eq!(nested.expected, ["q"]);
     }
 
     #[test]

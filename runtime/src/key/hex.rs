@@ -12,12 +12,50 @@ pub(super) fn hex_pair(b: u8) -> [u8; 2] {
     [DIGITS[usize::from(b >> 4)], DIGITS[usize::from(b & 0x0f)]]
 }
 
+/// [`hex_pair`] of every byte, looked up rather than computed in [`push_hex`]'s loop.
+static PAIRS: [[u8; 2]; 256] = {
+    let mut table = [[0_u8; 2]; 256];
+    let mut b = 0;
+    while b < 256 {
+        table[b] = [DIGITS[b >> 4], DIGITS[b & 0x0f]];
+        b += 1;
+    }
+    table
+};
+
 /// Appends the lowercase hex of `bytes` to `out`, two digits a byte, high nibble first.
+///
+/// The digits of up to 32 bytes (a SHA-256 digest) are written into a stack buffer and
+/// appended in one copy, rather than pushed as 64 `char`s (each a capacity check and a
+/// UTF-8 encoding).
 pub(crate) fn push_hex(out: &mut String, bytes: &[u8]) {
+    let mut pairs = [[0_u8; 2]; 32];
     out.reserve(2 * bytes.len());
-    for &b in bytes {
-        let [high, low] = hex_pair(b);
-        out.push(char::from(high));
-        out.push(char::from(low));
+    for chunk in bytes.chunks(pairs.len()) {
+        for (pair, &b) in pairs.iter_mut().zip(chunk) {
+            *pair = PAIRS[usize::from(b)];
+        }
+        let written = pairs
+            .as_flattened()
+            .get(..2 * chunk.len())
+            .unwrap_or_default();
+        // Hex digits are ASCII, so this never fails (and checks 64 bytes at most).
+        out.push_str(core::str::from_utf8(written).unwrap_or_default());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::push_hex;
+
+    #[test]
+    fn hex_is_two_lowercase_digits_a_byte_at_any_length() {
+        for len in [0_usize, 1, 16, 31, 32, 33, 64, 65, 100] {
+            let bytes: Vec<u8> = (0..len).map(|i| (i * 37 + 11) as u8).collect();
+            let mut out = String::from("x");
+            push_hex(&mut out, &bytes);
+            let expected: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(out, format!("x{expected}"), "{len} bytes");
+        }
     }
 }

@@ -292,6 +292,17 @@ impl KeyBuilder {
         Ok(())
     }
 
+    /// Appends the canonical JSON of `value` to `out`, as [`write_canonical`] does, with this
+    /// builder's scratch space: a call's arguments document, written beside its key, then
+    /// costs no allocation of its own for the objects in it.
+    pub(crate) fn write_value<T: ?Sized + Serialize>(
+        &mut self,
+        value: &T,
+        out: &mut Vec<u8>,
+    ) -> Result<(), CanonicalError> {
+        write_canonical_with(value, out, &mut self.scratch, false)
+    }
+
     /// Returns the 64-char lowercase hex key.
     #[must_use]
     pub fn finish(mut self, scope: Option<&str>, tool: &str, version: u32) -> String {

@@ -5,7 +5,7 @@ use core::time::Duration;
 use std::collections::HashMap;
 
 use hashbrown::HashTable;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
@@ -27,7 +27,11 @@ const SHARDS: usize = 16;
 /// can move time forward. Waiting duplicates are woken as soon as the holder finishes.
 pub struct MemoryStore {
     shards: Box<[Mutex<Shard>]>,
-    hasher: RandomState,
+    /// foldhash (seeded per store), not SipHash: every key the crate makes is the hex of a
+    /// SHA-256 digest, which no caller can choose, so flooding one bucket would take
+    /// SHA-256 preimages under a secret seed; a replay then hashes its key in a fraction
+    /// of SipHash's time.
+    hasher: foldhash::fast::RandomState,
     /// Fencing tokens come from one counter, so a token is never reused for a key even
     /// after its record was released or purged.
     next_token: AtomicU64,
@@ -183,7 +187,7 @@ impl MemoryStore {
     pub fn new() -> Self {
         Self {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
-            hasher: RandomState::new(),
+            hasher: foldhash::fast::RandomState::default(),
             next_token: AtomicU64::new(1),
             purge: super::purge::PurgeSchedule::new(),
         }
@@ -384,6 +388,16 @@ impl Entry {
 impl Store for MemoryStore {
     fn backend(&self) -> &'static str {
         "memory"
+    }
+
+    /// A completed, unexpired record made in `scope`: what [`claim`](Store::claim) would
+    /// answer, read under the same shard lock.
+    fn completed_now(&self, key: &str, scope: Option<&str>) -> Option<Arc<Record>> {
+        let now = Instant::now();
+        let (hash, shard) = self.shard(key);
+        let entry = shard.records.get(hash, key)?;
+        let live = matches!(entry.state, State::Completed) && entry.expires_at > now;
+        (live && entry.record.scope.as_deref() == scope).then(|| Arc::clone(&entry.record))
     }
 
     async fn claim(&self, req: ClaimRequest<'_>) -> StoreResult<ClaimOutcome> {

@@ -470,6 +470,20 @@ pub trait Store: Send + Sync + 'static {
         tokio::time::sleep(timeout.min(Duration::from_millis(20))).await;
     }
 
+    /// The record of `key` if this store can tell **without I/O or waiting** that it is
+    /// completed, live (not expired) and made in `scope`: an in-process store's own
+    /// table, a [`NearCache`]'s copy. `None` means "ask [`claim`](Store::claim)", and is
+    /// the default.
+    ///
+    /// The engine asks this before it claims a tool call's key, so that a replay it
+    /// answers costs no claim (no boxed future, no argument fingerprint when the record
+    /// holds the same arguments). Only an answer [`claim`](Store::claim) would give at the
+    /// same moment may be returned: `Some` is exactly the record a claim would answer
+    /// [`ClaimOutcome::Completed`] with. A store that wraps another should forward it.
+    fn completed_now(&self, _key: &str, _scope: Option<&str>) -> Option<Arc<Record>> {
+        None
+    }
+
     /// A short, stable name of the backend, for operators and metrics (the
     /// `tool_contracts.store.backend` attribute with the `otel` feature): `memory`, `sqlite`,
     /// `redis`, `postgresql`. The default, `custom`, suits a store of your own; a store
@@ -519,6 +533,9 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     }
     async fn wait(&self, key: &str, timeout: Duration) {
         (**self).wait(key, timeout).await
+    }
+    fn completed_now(&self, key: &str, scope: Option<&str>) -> Option<Arc<Record>> {
+        (**self).completed_now(key, scope)
     }
     fn backend(&self) -> &'static str {
         (**self).backend()

@@ -249,7 +249,8 @@ impl<S> NearCache<S> {
         self.cache.as_ref().map_or(0, Cache::weight)
     }
 
-    /// How many claims were answered here without reaching the store.
+    /// How many claims (and [`Store::completed_now`] asks) were answered here without
+    /// reaching the store.
     pub fn hits(&self) -> u64 {
         self.hits.load(Ordering::Relaxed)
     }
@@ -301,19 +302,22 @@ impl<S: Store> NearCache<S> {
         };
         match cache.get(req.key) {
             Some(Held::Copy { record, until, .. }) => {
-                if Instant::now() >= until {
-                    // Expired by the store's count (or past `max_age`): never served again.
-                    cache.remove(req.key);
-                    Found::Nothing
-                } else if record.scope.as_deref() == req.scope {
-                    Found::Copy(record)
-                } else {
-                    // Another scope's record: the store answers (as it would without us).
-                    Found::Nothing
+                match live(cache, req.key, req.scope, record, until) {
+                    Some(record) => Found::Copy(record),
+                    None => Found::Nothing,
                 }
             }
             Some(Held::Hint { .. }) => Found::Hint,
             None => Found::Nothing,
+        }
+    }
+
+    /// The live copy of `key` in `scope`, if the cache holds one (a hint is not a copy).
+    fn copy(&self, key: &str, scope: Option<&str>) -> Option<Arc<Record>> {
+        let cache = self.cache.as_ref()?;
+        match cache.get(key)? {
+            Held::Copy { record, until, .. } => live(cache, key, scope, record, until),
+            Held::Hint { .. } => None,
         }
     }
 
@@ -381,6 +385,24 @@ impl<S: Store> NearCache<S> {
     }
 }
 
+/// `record`, kept until `until`, if it may answer a claim of `key` in `scope` now: before
+/// its deadline (an expired copy is removed, never served again) and of the same scope
+/// (another scope's record is the store's to answer, as it would be without the cache).
+fn live(
+    cache: &Cache<Box<str>, Held, ByWeight>,
+    key: &str,
+    scope: Option<&str>,
+    record: Arc<Record>,
+    until: Instant,
+) -> Option<Arc<Record>> {
+    if Instant::now() >= until {
+        // Expired by the store's count (or past `max_age`).
+        cache.remove(key);
+        return None;
+    }
+    (record.scope.as_deref() == scope).then_some(record)
+}
+
 impl<S> core::fmt::Debug for NearCache<S> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("NearCache")
@@ -414,6 +436,16 @@ impl<S: Store> Store for NearCache<S> {
             }
         }
         Ok(outcome)
+    }
+
+    /// A live copy in `scope` (a hit, as a claim answered here is), else the inner
+    /// store's own answer (an in-process store's).
+    fn completed_now(&self, key: &str, scope: Option<&str>) -> Option<Arc<Record>> {
+        if let Some(record) = self.copy(key, scope) {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+            return Some(record);
+        }
+        self.inner.completed_now(key, scope)
     }
 
     async fn takeover(&self, req: ClaimRequest<'_>, stale_token: u64) -> StoreResult<ClaimOutcome> {

@@ -111,6 +111,7 @@ pub async fn run_all(store: Arc<dyn Store>, p: &str) {
     history_records_every_transition(&*store, p).await;
     observe_reads_a_record_by_the_stores_clock_and_changes_nothing(&*store, p).await;
     version_and_update_time_follow_every_transition(&*store, p).await;
+    completed_now_answers_only_as_a_claim_would(&*store, p).await;
 }
 
 /// Runs every case on `inner` wrapped in a [`NearCache`] (every store's suite must pass
@@ -602,6 +603,40 @@ pub async fn history_records_every_transition(store: &dyn Store, p: &str) {
     assert_eq!(tokens, vec![t1, t1, t2, t3, t3]);
     assert!(history.iter().all(|e| e.worker == "conformance-worker"));
     assert!(history.windows(2).all(|w| w[0].at <= w[1].at));
+}
+
+/// [`Store::completed_now`] (how the engine replays without a claim) may always say
+/// nothing, but what it says is what a claim would answer at that moment: nothing for an
+/// absent, in-progress or expired key, and for a completed one the very record a claim
+/// returns, in the record's scope only.
+pub async fn completed_now_answers_only_as_a_claim_would(store: &dyn Store, p: &str) {
+    let key = format!("{p}/completed-now");
+    let scope = Some("tenant-ä");
+    assert_eq!(store.completed_now(&key, scope), None, "an absent key");
+    let token = acquire(store, req(&key, LONG)).await;
+    assert_eq!(store.completed_now(&key, scope), None, "a key in progress");
+    let short = completion("\"now\"", Duration::from_millis(400));
+    store.complete(&key, token, short).await.unwrap();
+    // A near cache keeps a copy once a claim has read the record: claim first.
+    let ClaimOutcome::Completed(claimed) = store.claim(req(&key, LONG)).await.unwrap() else {
+        panic!("a completed key replays");
+    };
+    if let Some(now) = store.completed_now(&key, scope) {
+        assert_eq!(*now, *claimed, "the record a claim answers");
+    }
+    assert_eq!(
+        store.completed_now(&key, Some("tenant-b")),
+        None,
+        "another scope's record is never answered"
+    );
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(
+        store.completed_now(&key, scope),
+        None,
+        "an expired result counts as absent, as for a claim"
+    );
+    let again = acquire(store, req(&key, LONG)).await;
+    store.release(&key, again).await.unwrap();
 }
 
 pub async fn claim_complete_replay(store: &dyn Store, p: &str) {
