@@ -82,16 +82,19 @@ pub(crate) fn required_by_rule(spec: &ToolSpec) -> bool {
     }
 }
 
-/// Whether a call of the tool named `tool` may ever have asked for approval: its rule
-/// is not `never` (a policy, `required`, or `destructive` under the process-wide policy).
-/// An unknown name (a run, a step, an `IdempotencyLayer` route) never asks. Lets a read of
-/// a call's operation skip the approval record of tools that never ask.
+/// Whether a call of the tool named `tool` may have asked for approval: false only for a
+/// tool this program declares (`#[mutating_tool]`) whose rule can never ask, so a read of
+/// its operation skips the approval record; any other name (a hand-built descriptor, a
+/// run, a route) is read as it may.
 pub(crate) fn may_ask(tool: &str) -> bool {
-    crate::contracts::spec_of(tool).is_some_and(|spec| {
-        spec.kind == crate::spec::ToolKind::Mutating
-            && (spec.approval != ApprovalRule::Never
-                && (spec.approval != ApprovalRule::Default || spec.destructive))
-    })
+    match crate::contracts::spec_of(tool) {
+        Some(spec) => {
+            spec.kind == crate::spec::ToolKind::Mutating
+                && spec.approval != ApprovalRule::Never
+                && (spec.approval != ApprovalRule::Default || spec.destructive)
+        }
+        None => true,
+    }
 }
 
 /// The rule a descriptor shows (`_meta`): the process-wide policy applied.
