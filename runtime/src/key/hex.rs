@@ -35,7 +35,10 @@ pub(crate) fn push_hex(out: &mut String, bytes: &[u8]) {
         for (pair, &b) in pairs.iter_mut().zip(chunk) {
             *pair = PAIRS[usize::from(b)];
         }
-        let written = pairs.as_flattened().get(..2 * chunk.len()).unwrap_or_default();
+        let written = pairs
+            .as_flattened()
+            .get(..2 * chunk.len())
+            .unwrap_or_default();
         // Hex digits are ASCII, so this never fails (and checks 64 bytes at most).
         out.push_str(core::str::from_utf8(written).unwrap_or_default());
     }
