@@ -150,7 +150,9 @@ fn mutating_body(c: &Contract, n: &Names, block: &syn::Block) -> TokenStream {
         }
     };
     // The body keeps its own `async move` block, so its `return` and `?` keep
-    // their meaning and type whatever wraps it. The user's statements go in
+    // their meaning and type whatever wraps it. The engine gets it behind a
+    // `move` closure and builds it only if the body runs: a replay never
+    // builds (or boxes) the body's future. The user's statements go in
     // as they are, not their block: a block as the tail expression makes
     // rustc's `unused_braces` flag a one-line body (`{ Ok(id) }`) and suggest
     // deleting the function's own braces.
@@ -163,7 +165,7 @@ fn mutating_body(c: &Contract, n: &Names, block: &syn::Block) -> TokenStream {
     };
     let run = if c.verify.is_none() && c.unknown_outcome_if.is_none() {
         quote_spanned! {first_span(ret_ty)=>
-            ::tool_contracts::__private::execute::<#ok, #err, _>(#call, #ops, #future).await
+            ::tool_contracts::__private::execute::<#ok, #err, _, _>(#call, #ops, move || #future).await
         }
     } else {
         let p = quote!(::tool_contracts::__private);
@@ -207,13 +209,13 @@ fn mutating_body(c: &Contract, n: &Names, block: &syn::Block) -> TokenStream {
         };
         let has_verify = c.verify.is_some();
         let attempt = quote! {
-            async move {
+            move || async move {
                 #verify
                 #p::Attempt::Ran(#future.await)
             }
         };
         quote_spanned! {first_span(ret_ty)=>
-            ::tool_contracts::__private::execute_with::<#ok, #err, _>(
+            ::tool_contracts::__private::execute_with::<#ok, #err, _, _>(
                 #call, #ops, #attempt, #unknown_if, #has_verify,
             ).await
         }
@@ -846,9 +848,9 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("inventory :: submit !"));
-        assert!(
-            text.contains(":: tool_contracts :: __private :: execute :: < Order , ShopError , _ >")
-        );
+        assert!(text.contains(
+            ":: tool_contracts :: __private :: execute :: < Order , ShopError , _ , _ >"
+        ));
         assert!(
             !text.contains("# [context]"),
             "#[context] is stripped: {text}"
@@ -883,7 +885,9 @@ mod tests {
             },
         );
         assert!(
-            text.contains(":: tool_contracts :: __private :: execute_with :: < String , E , _ >"),
+            text.contains(
+                ":: tool_contracts :: __private :: execute_with :: < String , E , _ , _ >"
+            ),
             "{text}"
         );
         assert!(text.contains("if :: tool_contracts :: __private :: reconciling ()"));

@@ -508,6 +508,13 @@ pub enum Attempt<T, E> {
     VerifyFailed(E),
 }
 
+/// A body's own result: it ran.
+impl<T, E> From<Result<T, E>> for Attempt<T, E> {
+    fn from(result: Result<T, E>) -> Self {
+        Attempt::Ran(result)
+    }
+}
+
 tokio::task_local! {
     static RECONCILING: bool;
 }
@@ -521,47 +528,56 @@ pub fn reconciling() -> bool {
 
 /// Runs `body` at most once per key: the entry point of `#[mutating_tool]`.
 ///
+/// `body` makes the body's future, and is called only if the body runs: a replay never
+/// builds (or boxes) it.
+///
 /// A plain `fn` with no bounds on `T` and `E` (everything it needs from them is in
 /// `ops`): an `async fn` with `T: Serialize` in its where-clause would report every
 /// missing bound a second time, at the generated call.
 #[doc(hidden)]
-pub fn execute<T, E, F>(
+pub fn execute<T, E, B, F>(
     call: Result<Call, Error>,
     ops: Ops<T, E>,
-    body: F,
+    body: B,
 ) -> impl Future<Output = Result<T, E>>
 where
+    B: FnOnce() -> F,
     F: Future<Output = Result<T, E>>,
 {
-    run(call, ops, async { Attempt::Ran(body.await) }, None, false)
+    // The body's own future, with no wrapper of ours around it: a body that is not `Send`
+    // is then reported within the user's block, not within an engine type.
+    run(call, ops, body, None, false)
 }
 
-/// The general entry point: `attempt` may verify first (`verify = …`, then `has_verify`
-/// is true), `unknown_if` classifies errors that leave the outcome unknown
-/// (`unknown_outcome_if = …`). No bounds on `T` and `E`, as for [`execute`].
+/// The general entry point: the attempt `attempt` makes may verify first (`verify = …`,
+/// then `has_verify` is true), `unknown_if` classifies errors that leave the outcome
+/// unknown (`unknown_outcome_if = …`). No bounds on `T` and `E`, as for [`execute`].
 #[doc(hidden)]
-pub fn execute_with<T, E, F>(
+pub fn execute_with<T, E, A, F>(
     call: Result<Call, Error>,
     ops: Ops<T, E>,
-    attempt: F,
+    attempt: A,
     unknown_if: Option<fn(&E) -> bool>,
     has_verify: bool,
 ) -> impl Future<Output = Result<T, E>>
 where
+    A: FnOnce() -> F,
     F: Future<Output = Attempt<T, E>>,
 {
     run(call, ops, attempt, unknown_if, has_verify)
 }
 
-async fn run<T, E, F>(
+async fn run<T, E, A, F>(
     call: Result<Call, Error>,
     ops: Ops<T, E>,
-    attempt: F,
+    attempt: A,
     unknown_if: Option<fn(&E) -> bool>,
     has_verify: bool,
 ) -> Result<T, E>
 where
-    F: Future<Output = Attempt<T, E>>,
+    A: FnOnce() -> F,
+    F: Future,
+    F::Output: Into<Attempt<T, E>>,
 {
     // Feature `otel`: the call's span, entered around everything below, and on drop its
     // count and duration. Without it, zero-sized and free.
@@ -574,47 +590,56 @@ where
     .await
 }
 
-async fn decide<T, E, F>(
+/// The engine's refusal `e` as the tool's error, counted and reported.
+fn failed<T, E>(
+    telemetry: &mut CallTelemetry,
+    slot: &Option<ReportSlot>,
+    ops: &Ops<T, E>,
+    e: Error,
+) -> E {
+    telemetry.error(e.code());
+    report(slot, |r| r.error = Some(e.clone()));
+    (ops.contract_error)(e)
+}
+
+/// Everything up to the body: the journal, the approval gate, the lease (or a replay, or
+/// a refusal). Whatever only an executed call needs is in [`run_held`], on the heap, so
+/// that this future (which every replay builds and moves) stays small.
+async fn decide<T, E, A, F>(
     call: Result<Call, Error>,
     ops: Ops<T, E>,
-    attempt: F,
+    attempt: A,
     unknown_if: Option<fn(&E) -> bool>,
     has_verify: bool,
     telemetry: &mut CallTelemetry,
 ) -> Result<T, E>
 where
-    F: Future<Output = Attempt<T, E>>,
+    A: FnOnce() -> F,
+    F: Future,
+    F::Output: Into<Attempt<T, E>>,
 {
-    // On the heap: a body may call tools itself, and without the box each level's future
-    // would hold the whole nested state inline more than once (the futures of nested
-    // calls and steps overflowed a 2 MiB thread's stack). One allocation per call.
-    let attempt = Box::pin(attempt);
     let slot = take_report();
     let task_start = take_task_start();
-    let fail = |telemetry: &mut CallTelemetry, e: Error| -> E {
-        telemetry.error(e.code());
-        report(&slot, |r| r.error = Some(e.clone()));
-        (ops.contract_error)(e)
-    };
     let call = match call {
         Ok(call) => call,
         Err(e) => {
             telemetry.decided(Decision::Rejected);
-            return Err(fail(telemetry, e));
+            return Err(failed(telemetry, &slot, &ops, e));
         }
     };
     telemetry.key(&call.key);
     report(&slot, |r| r.key = Some(call.key.clone()));
     if let Err(e) = ambient::journal_call(call.spec, &call.key).await {
         telemetry.decided(Decision::Rejected);
-        return Err(fail(telemetry, e));
+        return Err(failed(telemetry, &slot, &ops, e));
     }
     let spec = call.spec;
     let store = ambient::current_store();
     if call.approval {
-        if let Some(e) = approval_gate(&call, &store).await {
+        // Boxed: a large future that only tools needing approval await.
+        if let Some(e) = Box::pin(approval_gate(&call, &store)).await {
             telemetry.decided(Decision::Rejected);
-            return Err(fail(telemetry, e));
+            return Err(failed(telemetry, &slot, &ops, e));
         }
     }
     let lease = match acquire(&call, &store, has_verify, task_start.is_some()).await {
@@ -630,7 +655,7 @@ where
             report(&slot, |r| r.outcome = Some(Outcome::Replayed));
             telemetry.decided(Decision::Replayed);
             return replay(&call, &ops, &record).map_err(|e| match e {
-                Replayed::Contract(e) => fail(telemetry, e),
+                Replayed::Contract(e) => failed(telemetry, &slot, &ops, e),
                 Replayed::Tool(e) => {
                     telemetry.error(telemetry::TOOL_ERROR);
                     e
@@ -642,10 +667,56 @@ where
                 Error::OutcomeUnknown { .. } => Decision::Unknown,
                 _ => Decision::Rejected,
             });
-            return Err(fail(telemetry, e));
+            return Err(failed(telemetry, &slot, &ops, e));
         }
     };
+    let held = Held {
+        call,
+        ops,
+        lease,
+        unknown_if,
+        has_verify,
+        slot,
+    };
+    Box::pin(run_held(held, attempt, telemetry)).await
+}
+
+/// An executed call's state once its lease is held.
+struct Held<T, E> {
+    call: Call,
+    ops: Ops<T, E>,
+    lease: Lease,
+    unknown_if: Option<fn(&E) -> bool>,
+    has_verify: bool,
+    slot: Option<ReportSlot>,
+}
+
+/// Runs the body (or `verify` first, after a takeover) under the held lease, then ends
+/// the lease: complete, release or abandon.
+async fn run_held<T, E, A, F>(
+    held: Held<T, E>,
+    attempt: A,
+    telemetry: &mut CallTelemetry,
+) -> Result<T, E>
+where
+    A: FnOnce() -> F,
+    F: Future,
+    F::Output: Into<Attempt<T, E>>,
+{
+    let Held {
+        call,
+        ops,
+        lease,
+        unknown_if,
+        has_verify,
+        slot,
+    } = held;
+    let spec = call.spec;
     telemetry.running();
+    // On the heap: a body may call tools itself, and inline each level's future would
+    // hold the whole nested state (the futures of nested calls and steps overflowed a
+    // 2 MiB thread's stack). Made only here, so a replay never builds it.
+    let attempt = Box::pin(attempt());
     // Taken over with a `verify`: the attempt verifies before (maybe) running the body.
     let reconcile = lease.taken_over() && has_verify;
     tracing::debug!(tool = spec.name, key = %call.key, decision = "executed", "tool-contracts: running tool body");
@@ -653,7 +724,7 @@ where
         reconcile,
         ambient::with_current_key(Arc::from(call.key.as_str()), attempt),
     );
-    let result = match lease.heartbeat(attempt).await {
+    let result = match lease.heartbeat(attempt).await.into() {
         Attempt::Ran(result) => {
             report(&slot, |r| r.outcome = Some(Outcome::Executed));
             telemetry.decided(Decision::Executed);
@@ -686,7 +757,7 @@ where
                     message: format!("the result cannot be stored as JSON ({e}); the key is left as an unknown outcome"),
                 };
                 telemetry.decided(Decision::Unknown);
-                return Err(fail(telemetry, e));
+                return Err(failed(telemetry, &slot, &ops, e));
             }
         },
         Err(e) if unknown_if.is_some_and(|unknown| unknown(e)) => {
@@ -775,7 +846,8 @@ async fn acquire(
     let now = lease::completed_now(store, &call.key, call.scope.as_deref(), &call.args, &policy);
     let acquired = match now {
         Some(acquired) => acquired,
-        None => lease::acquire(store, call.request(), policy)
+        // Boxed: the claim loop's future is large, and a replay answered above skips it.
+        None => Box::pin(lease::acquire(store, call.request(), policy))
             .await
             .map_err(|e| {
                 tracing::warn!(tool = spec.name, key = %call.key, decision = "rejected", reason = "store", error = %e, "tool-contracts: store failed; nothing ran");

@@ -130,7 +130,7 @@ mod fixtures {
                 .await,
             )
         };
-        execute_with(call, ops, body, None, false).await
+        execute_with(call, ops, move || body, None, false).await
     }
 
     fn invoke(

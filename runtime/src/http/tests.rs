@@ -138,7 +138,7 @@ mod fixtures {
             )
         };
         let crashed: fn(&Fail) -> bool = |e| matches!(e, Fail::Crashed);
-        execute_with(call, ops, body, Some(crashed), false).await
+        execute_with(call, ops, move || body, Some(crashed), false).await
     }
 
     fn place_invoke(_: &Context, args: Value) -> BoxFuture<'_, Result<Value, Error>> {

@@ -475,7 +475,7 @@ mod shop {
         Box::pin(async move {
             let (call, order, refuse) = builder(spec, &args);
             let ops = Ops::new(Codec::json(), PlaceError::from).caching_errors(Codec::json());
-            let result = execute(call.finish(), ops, body(spec.name, order, refuse)).await;
+            let result = execute(call.finish(), ops, move || body(spec.name, order, refuse)).await;
             encode_result(spec, result)
         })
     }
