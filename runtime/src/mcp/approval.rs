@@ -100,6 +100,12 @@ impl Asker {
         }
     }
 
+    /// Whether this client can be asked at all ([`answer_awaiting`](McpServer::answer_awaiting)
+    /// answers the `awaiting_approval` tool error at once when it cannot).
+    pub(super) fn can_ask(&self) -> bool {
+        !matches!(self.how, How::Not)
+    }
+
     /// How the client of this request can be asked: by the capabilities it declared (at
     /// `initialize`, or in this request's `_meta` from 2026-07-28 on) and the negotiated
     /// version. `responses` and `state` are the request's `inputResponses` and

@@ -87,12 +87,20 @@ impl McpServer {
         if name == OPERATION_TOOL && self.inner.registry.get(name).is_none() {
             return Ok(self.operation_tool_result(&args).await.into());
         }
-        match self.run_call(name, args.clone(), client_key).await {
-            Err(pending @ Error::AwaitingApproval { .. }) => {
+        // The arguments are needed again only to run the call once its approval is decided
+        // through this client; one that cannot be asked gets the `awaiting_approval` result
+        // at once, so only for a client that can be asked are they copied (an allocation per
+        // member and string, on every call).
+        let again = asker.can_ask().then(|| args.clone());
+        match (self.run_call(name, args, client_key).await, again) {
+            (Err(pending @ Error::AwaitingApproval { .. }), Some(args)) => {
                 self.answer_awaiting(name, args, client_key, pending, asker)
                     .await
             }
-            outcome => self.answer(name, outcome, client_key).map(Into::into),
+            (Err(pending @ Error::AwaitingApproval { .. }), None) => {
+                Ok(self.error_result(name, pending, client_key).into())
+            }
+            (outcome, _) => self.answer(name, outcome, client_key).map(Into::into),
         }
     }
 
@@ -103,15 +111,16 @@ impl McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let name = request.name.to_string();
-        // rmcp moves the request's `_meta` into the context; typed params keep none.
-        let mut meta = context.meta.0 .0.clone();
-        if let Some(params_meta) = &request.meta {
-            for (k, v) in params_meta.0 .0.iter() {
-                meta.entry(k.clone()).or_insert_with(|| v.clone());
-            }
-        }
+        // rmcp moves the request's `_meta` into the context; typed params keep none (the
+        // context's member counts first). Looked up in place: the maps are not copied.
+        let in_meta = context.meta.0 .0.get(CLIENT_KEY_META_KEY).or_else(|| {
+            request
+                .meta
+                .as_ref()
+                .and_then(|meta| meta.0 .0.get(CLIENT_KEY_META_KEY))
+        });
         let in_params = transport::params_idempotency_key(&context);
-        let client_key = match client_key_of(&name, meta.get(CLIENT_KEY_META_KEY), in_params) {
+        let client_key = match client_key_of(&name, in_meta, in_params) {
             Ok(k) => k,
             Err(e) => return Ok(self.error_result(&name, e, None).into()),
         };

@@ -1,9 +1,10 @@
 //! How the server is served: stdio (newline-delimited JSON-RPC) and streamable HTTP, on
 //! rmcp's own transports.
 //!
-//! - Streamable HTTP is rmcp's [`StreamableHttpService`] routed at `/mcp` in an
-//!   [`axum::Router`] and served by [`axum::serve()`] with graceful shutdown, as rmcp's own
-//!   examples do. rmcp checks the `Host` and the `Origin` (DNS-rebinding protection, with
+//! - Streamable HTTP is rmcp's [`StreamableHttpService`] at `/mcp` in an [`axum::Router`]
+//!   (its `handle`, called by the route's handler: see [`serve_mcp`]), served by
+//!   [`axum::serve()`] with graceful shutdown and `TCP_NODELAY`, as rmcp's own examples
+//!   serve it. rmcp checks the `Host` and the `Origin` (DNS-rebinding protection, with
 //!   [`LOCAL_ORIGINS`] or the operator's list), the sessions and the body limit.
 //! - Stdio frames lines with rmcp's [`JsonRpcMessageCodec`] and answers through rmcp's
 //!   writer ([`TransportWriter`]).
@@ -19,7 +20,7 @@
 //! it, and hands it to the handler out of band as a [`ParamsIdempotencyKey`] extension; the
 //! message itself is never rewritten:
 //!
-//! - over HTTP, a route layer ([`keep_params_idempotency_key`]) reads the body and puts the
+//! - over HTTP, the `/mcp` handler ([`keep_params_idempotency_key`]) reads the body and puts the
 //!   key in the HTTP request's extensions, which rmcp passes on to the handler inside
 //!   [`http::request::Parts`](axum::http::request::Parts);
 //! - over stdio, each line is decoded as a [`KeyedMessage`] (rmcp's message type plus that
@@ -41,7 +42,6 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{Method, StatusCode};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::serve::ListenerExt as _;
 use futures::{SinkExt, StreamExt};
@@ -181,7 +181,7 @@ impl McpServer {
             None => LOCAL_ORIGINS.map(String::from).to_vec(),
         };
         let server = self;
-        let mcp = StreamableHttpService::new(
+        let mcp: Arc<Mcp> = Arc::new(StreamableHttpService::new(
             move || Ok(server.clone()),
             Arc::new(LocalSessionManager::default()),
             StreamableHttpServerConfig::default()
@@ -191,10 +191,12 @@ impl McpServer {
                 // refused); rmcp skips an empty list otherwise.
                 .with_allowed_origins(origins)
                 .enforce_origin_validation(),
-        );
+        ));
         axum::Router::new()
-            .route_service("/mcp", mcp)
-            .route_layer(axum::middleware::from_fn(keep_params_idempotency_key))
+            .route(
+                "/mcp",
+                axum::routing::any(move |request: Request| serve_mcp(Arc::clone(&mcp), request)),
+            )
             .fallback(|| async {
                 (
                     StatusCode::NOT_FOUND,
@@ -246,40 +248,62 @@ pub(super) fn params_idempotency_key(context: &RequestContext<RoleServer>) -> Op
         .map(|key| &key.0)
 }
 
+/// rmcp's streamable HTTP service, as `/mcp` serves it.
+type Mcp = StreamableHttpService<McpServer, LocalSessionManager>;
+
+/// One request to `/mcp`: the workaround first (see the module docs), then rmcp's
+/// streamable HTTP service answers it. Called through [`StreamableHttpService::handle`] on a
+/// shared reference: its `tower::Service` impl clones the whole service for each request,
+/// its settings included (the allowed hosts and origins, a `String` each), and axum's
+/// routing clones a route's service again (and once more through a route layer): eight
+/// copies of those lists per request (benches/surfaces.rs).
+async fn serve_mcp(mcp: Arc<Mcp>, request: Request) -> Response {
+    match keep_params_idempotency_key(request).await {
+        Ok(request) => mcp.handle(request).await.into_response(),
+        Err(refusal) => refusal,
+    }
+}
+
 /// HTTP half of the workaround (see the module docs): reads a POST body (one JSON-RPC
 /// message) and keeps its `params.idempotencyKey` in the request's extensions; the body
-/// goes on to rmcp unchanged.
-async fn keep_params_idempotency_key(request: Request, next: Next) -> Response {
+/// goes on to rmcp unchanged. A body that cannot be read is answered here (`413`).
+async fn keep_params_idempotency_key(request: Request) -> Result<Request, Response> {
     if request.method() != Method::POST {
-        return next.run(request).await;
+        return Ok(request);
     }
     let (mut parts, body) = request.into_parts();
     let bytes = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
         Ok(bytes) => bytes,
         Err(e) => {
-            return (
+            return Err((
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!(
                     "the request body could not be read or exceeds {MAX_BODY_BYTES} bytes: {e}"
                 ),
             )
-                .into_response()
+                .into_response())
         }
     };
     if let Some(key) = body_params_idempotency_key(&bytes) {
         parts.extensions.insert(ParamsIdempotencyKey(key));
     }
-    next.run(Request::from_parts(parts, Body::from(bytes)))
-        .await
+    Ok(Request::from_parts(parts, Body::from(bytes)))
 }
 
-/// The `params.idempotencyKey` of a `tools/call` in an HTTP body. Read through [`Probe`],
-/// which builds nothing but that member (the whole message as a [`Value`] cost every
-/// request a second full decode beside rmcp's); a body the probe does not read (not an
-/// object, `params` not an object, a member name with escapes, not JSON) is read as a
-/// `Value`, so what is kept is what [`params_idempotency_key_of`] finds. Not JSON: rmcp
-/// answers it.
+/// The `params.idempotencyKey` of a `tools/call` in an HTTP body: none when the body cannot
+/// hold that member, else read through [`Probe`], which builds nothing but that member (the
+/// whole message as a [`Value`] cost every request a second full decode beside rmcp's). A
+/// body the probe does not read (not an object, `params` not an object, a member name with
+/// escapes, not JSON) is read as a `Value`, so what is kept is always what
+/// [`params_idempotency_key_of`] finds. Not JSON: rmcp answers it.
 fn body_params_idempotency_key(bytes: &[u8]) -> Option<Value> {
+    // A member named `idempotencyKey` is in the body as those bytes, or written with an
+    // escape (a backslash); a body with neither has none, and nothing is decoded.
+    if memchr::memmem::find(bytes, CLIENT_KEY_PARAM.as_bytes()).is_none()
+        && memchr::memchr(b'\\', bytes).is_none()
+    {
+        return None;
+    }
     match serde_json::from_slice::<Probe<'_>>(bytes) {
         Ok(probe) if probe.method == Some("tools/call") => probe.params?.key,
         Ok(_) => None,
@@ -545,6 +569,9 @@ mod tests {
             r#"{"jsonrpc":"2.0","method":"tools/list","method":"tools/call","params":{"idempotencyKey":"k"}}"#,
             r#"["tools/call",{"idempotencyKey":"k"}]"#,
             r#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"idempotencyKey":"k"}}]"#,
+            r#"{"jsonrpc":"2.0","id":16,"method":"tools/call","params":{"name":"t","arguments":{"note":"a\nb \"q\""},"idempotencyKey":"k-16"}}"#,
+            r#"{"jsonrpc":"2.0","id":17,"method":"tools/call","params":{"name":"t","arguments":{"note":"idempotencyKey"}}}"#,
+            r#"{"jsonrpc":"2.0","id":18,"method":"tools/call","params":{"name":"t","arguments":{"note":"a\tb"}}}"#,
             r#""tools/call""#,
             "null",
             "not json",
