@@ -9,6 +9,9 @@
 //!   columns and indexes, autocommit (one durable commit per row), on one connection.
 //! - `floor insert+update`: the same two commits a first call needs (insert the claim,
 //!   update it with the result): what a store without group commit could reach at best.
+//! - `ours Run::step`: journaled steps of one run, one after the other (concurrency 1): each
+//!   step takes its journal position and stores its result, two durable commits like a
+//!   first call, so its ceiling is the two-commit floor.
 //!
 //! The files live under `std::env::temp_dir()` (set `TMPDIR` to bench another disk).
 //! Run: `cargo bench -p tool-contracts-benches --bench sqlite_store` (add `-- --quick`).
@@ -126,7 +129,7 @@ fn main() {
     let floor_before = floor_once("floor-a.db");
     println!("floor: bare INSERT (1 commit), before      {floor_before:>10.0} /s");
     let floor = floor_before;
-    {
+    let two_commits = {
         let conn = open_floor(&dir.join("floor2.db"));
         let mut i = 0;
         let (n, el) = common::time_for(window, || {
@@ -139,8 +142,8 @@ fn main() {
             n,
             el,
             Some(floor),
-        );
-    }
+        )
+    };
 
     let rt = common::multi_thread_runtime();
     let store = Arc::new(
@@ -156,11 +159,15 @@ fn main() {
             base,
             move |u| with_store(Arc::clone(&s), tool::call(u)),
         ));
-        row(
+        let first = row(
             &format!("ours: SqliteStore first call, conc {concurrency}"),
             n,
             el,
             Some(floor),
+        );
+        println!(
+            "    first call, conc {concurrency} = x{:.2} of the two-commit floor ({two_commits:.0} /s)",
+            first / two_commits
         );
         // Replays of the keys just made.
         let made = n.max(1);
@@ -175,6 +182,31 @@ fn main() {
             Some(floor),
         );
     }
+    // Journaled steps of one run, sequentially: the cost of `Run::step` against the
+    // two-commit floor (a step is a journal position claimed, then its result stored).
+    let s = Arc::clone(&store);
+    let (n, el) = rt.block_on(with_store(s, async move {
+        let run = tool_contracts::Run::start("bench_steps", &serde_json::json!({ "run": 1 }))
+            .await
+            .expect("start the run");
+        let start = std::time::Instant::now();
+        let mut n = 0u64;
+        while start.elapsed() < window {
+            let step = format!("step-{n}");
+            let out: u64 = run
+                .step(&step, || async move { Ok::<_, tool_contracts::Error>(n) })
+                .await
+                .expect("step");
+            std::hint::black_box(out);
+            n += 1;
+        }
+        (n, start.elapsed())
+    }));
+    let rate = row("ours: Run::step (journaled), conc 1", n, el, Some(floor));
+    println!(
+        "    Run::step = x{:.2} of the two-commit floor ({two_commits:.0} /s)",
+        rate / two_commits
+    );
     drop(store);
     drop(rt);
     let floor_after = floor_once("floor-b.db");
