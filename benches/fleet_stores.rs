@@ -42,24 +42,8 @@ use common::Mode;
 use tool_contracts::store::{PostgresStore, RedisStore};
 use tool_contracts::{with_store, Store};
 
-/// Concurrencies to measure: 1, 16 and 64, or the comma list in
-/// `TOOL_CONTRACTS_BENCH_CONCURRENCY` (`bench/powertools.sh` asks for `1`).
-fn concurrencies() -> Vec<usize> {
-    std::env::var("TOOL_CONTRACTS_BENCH_CONCURRENCY")
-        .ok()
-        .map(|v| {
-            v.split(',')
-                .filter_map(|c| c.trim().parse().ok())
-                .collect::<Vec<usize>>()
-        })
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| vec![1, 16, 64])
-}
-
-/// A set, non-empty environment variable.
-fn env_url(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
-}
+/// Concurrencies to measure by default (`bench/powertools.sh` asks for `1,16,64`).
+const CONCURRENCIES: &[usize] = &[1, 16, 64];
 
 fn report(name: &str, rate: f64, ceiling: f64) {
     println!(
@@ -255,7 +239,7 @@ fn bench_redis(rt: &tokio::runtime::Runtime, mode: Mode, url: &str) {
     let fp = "cart.id=0123456789abcdef01234567;note=0123456789abcdef01234567;user_id=0123456789abcdef01234567";
     let args = r#"{"cart":{"id":"c-42","items":["book"]},"note":"gift","user_id":7}"#;
     let result = r#"{"cart_id":"c-42","order_id":71,"total_cents":4999}"#;
-    for c in concurrencies() {
+    for c in common::concurrencies(CONCURRENCIES) {
         let (first, replays) = ours(rt, &store, c, mode.window(), c as u64 * 1_000_000_000);
         let rc = redis_benchmark(url, c, requests, &claim, &[fp, args], false);
         let rk = redis_benchmark(url, c, requests, &complete, &[result], false);
@@ -463,7 +447,7 @@ fn bench_postgres(rt: &tokio::runtime::Runtime, mode: Mode, url: &str) {
         .expect("PostgresStore"),
     );
     let mut ceiling_64 = None;
-    for c in concurrencies() {
+    for c in common::concurrencies(CONCURRENCIES) {
         let window = mode.window();
         let (first, replays) = ours(rt, &store, c, window, c as u64 * 1_000_000_000);
         let (ins, sel) = rt.block_on(pg_ceiling(url, c, window, c as u64 * 1_000_000_000));
@@ -482,7 +466,7 @@ fn bench_postgres(rt: &tokio::runtime::Runtime, mode: Mode, url: &str) {
         }
     }
     drop(store);
-    if !concurrencies().contains(&64) {
+    if !common::concurrencies(CONCURRENCIES).contains(&64) {
         rt.block_on(pg_drop_bench_tables(url));
         return;
     }
@@ -512,14 +496,14 @@ fn main() {
     let mode = Mode::detect();
     common::print_machine("fleet_stores");
     let rt = common::multi_thread_runtime();
-    match env_url("TOOL_CONTRACTS_REDIS_URL") {
+    match common::env_url("TOOL_CONTRACTS_REDIS_URL") {
         Some(url) => bench_redis(&rt, mode, &url),
         None => println!(
             "!!!!!!!! SKIPPED RedisStore benches: TOOL_CONTRACTS_REDIS_URL is not set (e.g. redis://127.0.0.1:6379) !!!!!!!!"
         ),
     }
     bench_redis_cluster(&rt, mode);
-    match env_url("TOOL_CONTRACTS_POSTGRES_URL") {
+    match common::env_url("TOOL_CONTRACTS_POSTGRES_URL") {
         Some(url) => {
             bench_postgres(&rt, mode, &url);
             if mode != Mode::Test {

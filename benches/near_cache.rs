@@ -33,11 +33,6 @@ use tool_contracts::{with_store, MemoryStore, Store};
 const REDIS_PREFIX: &str = "tcbench-near:";
 const PG_PREFIX: &str = "tcbench_near_";
 
-/// A set, non-empty environment variable.
-fn env_url(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
-}
-
 /// Completes the key once, then measures replays of it on `store`.
 fn replays<M: criterion::measurement::Measurement<Value = std::time::Duration>>(
     g: &mut BenchmarkGroup<'_, M>,
@@ -116,7 +111,7 @@ fn bench(c: &mut Criterion) {
 
     replays(&mut g, &rt, "memory", Arc::new(MemoryStore::new()));
 
-    match env_url("TOOL_CONTRACTS_REDIS_URL") {
+    match common::env_url("TOOL_CONTRACTS_REDIS_URL") {
         Some(url) => {
             rt.block_on(redis_clean(&url));
             // The bench measures round trips; whether the server fsyncs is its own setting.
@@ -135,7 +130,7 @@ fn bench(c: &mut Criterion) {
         ),
     }
 
-    match env_url("TOOL_CONTRACTS_POSTGRES_URL") {
+    match common::env_url("TOOL_CONTRACTS_POSTGRES_URL") {
         Some(url) => {
             rt.block_on(pg_drop_tables(&url));
             let connect = || {

@@ -53,20 +53,6 @@ use std::time::{Duration, Instant};
 use hyper::StatusCode;
 use surfaces::{check, start_servers, Call, Client};
 
-/// Concurrencies to measure: 1 and 16, or the comma list in
-/// `TOOL_CONTRACTS_BENCH_CONCURRENCY`.
-fn concurrencies() -> Vec<usize> {
-    std::env::var("TOOL_CONTRACTS_BENCH_CONCURRENCY")
-        .ok()
-        .map(|v| {
-            v.split(',')
-                .filter_map(|c| c.trim().parse().ok())
-                .collect::<Vec<usize>>()
-        })
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| vec![1, 16])
-}
-
 // ------------------------------------------------------------------ measuring
 
 /// Which users a window's calls are for: fresh ones from `base`, or the `made` users from
@@ -200,7 +186,7 @@ fn main() {
         println!(
             "client: hyper HTTP/1.1, one keep-alive connection per client task; servers in this process; client and servers share one 2-worker tokio runtime"
         );
-        for (i, c) in concurrencies().into_iter().enumerate() {
+        for (i, c) in common::concurrencies(&[1, 16]).into_iter().enumerate() {
             let base = (i as u64 + 1) * 1_000_000_000;
             surface(
                 "MCP tools/call (McpServer vs bare rmcp)",

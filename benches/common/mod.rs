@@ -134,3 +134,22 @@ pub fn multi_thread_runtime() -> tokio::runtime::Runtime {
         .build()
         .expect("runtime")
 }
+
+/// The concurrencies to measure: the comma list in `TOOL_CONTRACTS_BENCH_CONCURRENCY`, or
+/// `default`.
+pub fn concurrencies(default: &[usize]) -> Vec<usize> {
+    std::env::var("TOOL_CONTRACTS_BENCH_CONCURRENCY")
+        .ok()
+        .map(|v| {
+            v.split(',')
+                .filter_map(|c| c.trim().parse().ok())
+                .collect::<Vec<usize>>()
+        })
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| default.to_vec())
+}
+
+/// A set, non-empty environment variable (a store's URL).
+pub fn env_url(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
