@@ -24,9 +24,17 @@ pub use ::schemars;
 pub use ::serde;
 pub use ::serde_json;
 
-/// A tool's input schema, computed on first use (a `static` in each registered tool's
-/// expansion): the members check reads it on every registry call.
-pub type SchemaCell = std::sync::OnceLock<Value>;
+/// A tool's input schema compiled for the members check, on first use (a `static` in each
+/// registered tool's expansion): every registry call walks its arguments against it.
+pub struct SchemaCell(std::sync::OnceLock<crate::members::Members>);
+
+impl SchemaCell {
+    /// An empty cell, filled by the first call.
+    #[allow(clippy::new_without_default)]
+    pub const fn new() -> Self {
+        Self(std::sync::OnceLock::new())
+    }
+}
 
 /// Decodes a registry call's JSON arguments: first refuses a member, at any depth, that
 /// the tool's input schema does not declare (serde would drop it silently inside the
@@ -37,8 +45,10 @@ pub fn decode_tool_args<A: DeserializeOwned>(
     input_schema: fn() -> Value,
     args: &Value,
 ) -> Result<A, Error> {
-    let schema = schema.get_or_init(input_schema);
-    if let Some(unknown) = crate::members::unknown_member(schema, args) {
+    let members = schema
+        .0
+        .get_or_init(|| crate::members::Members::compile(&input_schema()));
+    if let Some(unknown) = members.unknown_member(args) {
         let (parent, name) = match unknown.path.rsplit_once('.') {
             Some((parent, name)) => (Some(parent), name),
             None => (None, unknown.path.as_str()),

@@ -27,12 +27,11 @@ pub(crate) struct UnknownMember {
 
 /// The first member of `args` that `schema` (a tool's input schema) does not declare.
 ///
-/// Runs on every registry call, so the walk allocates nothing unless it finds one: paths
-/// are a chain of borrowed segments rendered only for the answer, `$ref`s are followed
-/// without copying their pointer, and an object's declared members are looked up in place.
+/// Compiles the schema first: a tool's registry calls use [`Members::compile`] once and
+/// [`Members::unknown_member`] per call.
+#[cfg(test)]
 pub(crate) fn unknown_member(schema: &Value, args: &Value) -> Option<UnknownMember> {
-    let walk = Walk { root: schema };
-    walk.check(schema, args, Path::Root, 0)
+    Members::compile(schema).unknown_member(args)
 }
 
 /// Deeper than this, a schema is not followed (a recursive type): nothing is refused there.
@@ -90,124 +89,171 @@ fn array_index(token: &str) -> Option<usize> {
     token.parse().ok()
 }
 
-struct Walk<'a> {
-    root: &'a Value,
+/// A tool's input schema compiled for the members rule: every object schema (after its
+/// `$ref`s) becomes one [`Rule`] with its declared names merged from its `allOf` parts, so
+/// a call's check is a walk of the arguments with one lookup per member, no schema
+/// keyword read, no `$ref` followed, no allocation (the schema walk it replaces cost more
+/// than decoding the arguments). Built once per tool (`__private::SchemaCell`).
+#[derive(Debug)]
+pub(crate) struct Members {
+    nodes: Vec<Node>,
+    root: usize,
 }
 
-impl<'a> Walk<'a> {
-    /// `schema` with a local `$ref` (`#/$defs/Cart`) followed.
-    fn resolve(&self, schema: &'a Value) -> &'a Value {
+/// One schema, its `$ref`s followed.
+#[derive(Debug)]
+enum Node {
+    /// Not an object schema (`true`, `false`, an unresolvable `$ref`): says nothing about
+    /// members and admits every JSON type.
+    Any,
+    /// An object schema.
+    Rule(Rule),
+}
+
+/// What an object schema says about members, with its `allOf` parts merged.
+#[derive(Debug, Default)]
+struct Rule {
+    /// The JSON types its `type` admits ([`type_bit`]), `u8::MAX` when it has no `type`.
+    types: u8,
+    /// `anyOf` (else `oneOf`) alternatives: a value passes when one of those admitting its
+    /// type does, and then this schema's own members are checked too.
+    alternatives: Option<Vec<usize>>,
+    /// Whether it or one of its `allOf` parts declares a property.
+    declares_any: bool,
+    /// Whether it or one of its `allOf` parts allows members it does not list.
+    open: bool,
+    /// Declared members, sorted by name (first declaration wins: own, then the parts').
+    declared: Vec<(Box<str>, usize)>,
+    /// The declared names in schema order, as an error lists them.
+    expected: Vec<Box<str>>,
+    /// `prefixItems`: the schema of each leading array item.
+    prefix_items: Option<Vec<usize>>,
+    /// `items` (when an object schema): the schema of the other array items.
+    items: Option<usize>,
+}
+
+/// The bit of a JSON value's type in [`Rule::types`].
+fn type_bit(value: &Value) -> u8 {
+    match value {
+        Value::Null => 1,
+        Value::Bool(_) => 2,
+        Value::Number(n) if n.is_f64() => 4,
+        Value::Number(_) => 8,
+        Value::String(_) => 16,
+        Value::Array(_) => 32,
+        Value::Object(_) => 64,
+    }
+}
+
+/// The types a schema's `type` admits: a name or a list of names; `number` admits integers.
+fn types_of(schema: &Map<String, Value>) -> u8 {
+    let bits = |t: &Value| match t.as_str() {
+        Some("null") => 1,
+        Some("boolean") => 2,
+        Some("number") => 4 | 8,
+        Some("integer") => 8,
+        Some("string") => 16,
+        Some("array") => 32,
+        Some("object") => 64,
+        _ => 0,
+    };
+    match schema.get("type") {
+        None => u8::MAX,
+        Some(Value::Array(types)) => types.iter().fold(0, |acc, t| acc | bits(t)),
+        Some(t) => bits(t),
+    }
+}
+
+/// Compiles a schema into [`Members`] nodes (each resolved schema once, by address, so a
+/// recursive type is a cycle of nodes).
+struct Compiler<'a> {
+    root: &'a Value,
+    nodes: Vec<Node>,
+    seen: std::collections::HashMap<*const Value, usize>,
+}
+
+impl<'a> Compiler<'a> {
+    /// `schema` with its local `$ref`s (`#/$defs/Cart`) followed; `None` for a reference
+    /// that leads nowhere (it then says nothing, like `true`).
+    fn resolve(&self, schema: &'a Value) -> Option<&'a Value> {
         let mut schema = schema;
         for _ in 0..MAX_DEPTH {
             let Some(reference) = schema.get("$ref").and_then(Value::as_str) else {
-                return schema;
+                return Some(schema);
             };
-            let Some(target) = reference.strip_prefix('#') else {
-                return &Value::Bool(true);
-            };
-            match pointer(self.root, target) {
-                Some(target) => schema = target,
-                None => return &Value::Bool(true),
-            }
+            schema = pointer(self.root, reference.strip_prefix('#')?)?;
         }
-        &Value::Bool(true)
+        None
     }
 
-    fn check(
-        &self,
-        schema: &'a Value,
-        value: &Value,
-        path: Path<'_>,
-        depth: usize,
-    ) -> Option<UnknownMember> {
-        if depth > MAX_DEPTH {
-            return None;
-        }
-        let schema = self.resolve(schema);
-        let Value::Object(schema) = schema else {
-            return None; // `true`/`false` schemas: nothing to say about members
+    /// The node of `schema`, compiled on first sight.
+    fn node(&mut self, schema: &'a Value) -> usize {
+        let Some(resolved) = self.resolve(schema) else {
+            return self.any();
         };
-        for keyword in ["anyOf", "oneOf"] {
-            if let Some(Value::Array(alternatives)) = schema.get(keyword) {
-                let mut first = None;
-                // Only alternatives of the value's JSON type count (`null` accepts no object).
-                for alternative in alternatives
-                    .iter()
-                    .filter(|a| admits_type(self.resolve(a), value))
-                {
-                    match self.check(alternative, value, path, depth + 1) {
-                        None => return self.check_own(schema, value, path, depth),
-                        Some(found) => {
-                            first.get_or_insert(found);
-                        }
-                    }
-                }
-                return first;
+        let Value::Object(map) = resolved else {
+            return self.any();
+        };
+        let address: *const Value = resolved;
+        if let Some(&id) = self.seen.get(&address) {
+            return id;
+        }
+        let id = self.nodes.len();
+        self.nodes.push(Node::Any);
+        self.seen.insert(address, id);
+        let alternatives = ["anyOf", "oneOf"]
+            .iter()
+            .find_map(|k| map.get(*k).and_then(Value::as_array))
+            .map(|alternatives| alternatives.iter().map(|a| self.node(a)).collect());
+        let mut merged: Vec<(&'a str, &'a Value)> = Vec::new();
+        self.collect(map, &mut merged, 0);
+        let expected = merged.iter().map(|(name, _)| Box::from(*name)).collect();
+        let mut declared: Vec<(Box<str>, usize)> = Vec::with_capacity(merged.len());
+        for (name, member) in merged {
+            if !declared.iter().any(|(n, _)| &**n == name) {
+                let member = self.node(member);
+                declared.push((name.into(), member));
             }
         }
-        self.check_own(schema, value, path, depth)
-    }
-
-    /// The members and items `schema` itself (with its `allOf` parts) declares.
-    fn check_own(
-        &self,
-        schema: &'a Map<String, Value>,
-        value: &Value,
-        path: Path<'_>,
-        depth: usize,
-    ) -> Option<UnknownMember> {
-        match value {
-            Value::Object(members) => {
-                if !self.declares_any(schema, depth) {
-                    return None; // nothing declared: a map or any JSON value
-                }
-                let open = self.is_open(schema, depth);
-                for (name, member) in members {
-                    let inner = Path::Member(&path, name);
-                    match self.declared(schema, name, depth) {
-                        Some(member_schema) => {
-                            if let Some(found) = self.check(member_schema, member, inner, depth + 1)
-                            {
-                                return Some(found);
-                            }
-                        }
-                        None if open => {}
-                        None => {
-                            let mut declared = Vec::new();
-                            self.collect(schema, &mut declared, depth);
-                            return Some(UnknownMember {
-                                path: inner.render(),
-                                expected: declared.into_iter().map(str::to_owned).collect(),
-                            });
-                        }
-                    }
-                }
-                None
-            }
-            Value::Array(items) => {
-                let prefix = schema.get("prefixItems").and_then(Value::as_array);
-                for (i, item) in items.iter().enumerate() {
-                    let item_schema = prefix
-                        .and_then(|p| p.get(i))
-                        .or_else(|| schema.get("items").filter(|s| s.is_object()));
-                    if let Some(item_schema) = item_schema {
-                        let inner = Path::Item(&path, i);
-                        if let Some(found) = self.check(item_schema, item, inner, depth + 1) {
-                            return Some(found);
-                        }
-                    }
-                }
-                None
-            }
-            _ => None,
+        declared.sort_by(|a, b| a.0.cmp(&b.0));
+        let prefix_items = map
+            .get("prefixItems")
+            .and_then(Value::as_array)
+            .map(|items| items.iter().map(|i| self.node(i)).collect());
+        let items = map
+            .get("items")
+            .filter(|s| s.is_object())
+            .map(|i| self.node(i));
+        let rule = Rule {
+            types: types_of(map),
+            alternatives,
+            declares_any: self.declares_any(map, 0),
+            open: self.is_open(map, 0),
+            declared,
+            expected,
+            prefix_items,
+            items,
+        };
+        if let Some(slot) = self.nodes.get_mut(id) {
+            *slot = Node::Rule(rule);
         }
+        id
     }
 
-    /// The `allOf` parts of `schema` (e.g. `#[serde(flatten)]`), unresolved.
-    fn parts(schema: &'a Map<String, Value>) -> &'a [Value] {
+    fn any(&mut self) -> usize {
+        self.nodes.push(Node::Any);
+        self.nodes.len() - 1
+    }
+
+    /// The `allOf` parts of `schema` (e.g. `#[serde(flatten)]`), resolved; a part that is
+    /// not an object schema is `None`.
+    fn parts(&self, schema: &'a Map<String, Value>) -> Vec<Option<&'a Map<String, Value>>> {
         match schema.get("allOf") {
-            Some(Value::Array(parts)) => parts,
-            _ => &[],
+            Some(Value::Array(parts)) => parts
+                .iter()
+                .map(|part| self.resolve(part).and_then(Value::as_object))
+                .collect(),
+            _ => Vec::new(),
         }
     }
 
@@ -216,99 +262,164 @@ impl<'a> Walk<'a> {
         if depth > MAX_DEPTH {
             return false;
         }
-        if matches!(schema.get("properties"), Some(Value::Object(p)) if !p.is_empty()) {
-            return true;
-        }
-        Self::parts(schema)
-            .iter()
-            .any(|part| match self.resolve(part) {
-                Value::Object(part) => self.declares_any(part, depth + 1),
-                _ => false,
-            })
-    }
-
-    /// The schema of the declared member `name`: from `schema`'s own properties first,
-    /// then from its `allOf` parts in order (the first declaration wins).
-    fn declared(
-        &self,
-        schema: &'a Map<String, Value>,
-        name: &str,
-        depth: usize,
-    ) -> Option<&'a Value> {
-        if depth > MAX_DEPTH {
-            return None;
-        }
-        if let Some(Value::Object(properties)) = schema.get("properties") {
-            if let Some(member) = properties.get(name) {
-                return Some(member);
-            }
-        }
-        Self::parts(schema)
-            .iter()
-            .find_map(|part| match self.resolve(part) {
-                Value::Object(part) => self.declared(part, name, depth + 1),
-                _ => None,
-            })
+        matches!(schema.get("properties"), Some(Value::Object(p)) if !p.is_empty())
+            || self
+                .parts(schema)
+                .into_iter()
+                .flatten()
+                .any(|part| self.declares_any(part, depth + 1))
     }
 
     /// Whether `schema` or one of its `allOf` parts allows members it does not list (or
-    /// is too deep to follow).
+    /// is too deep to follow); a part that is not an object schema allows any member.
     fn is_open(&self, schema: &'a Map<String, Value>, depth: usize) -> bool {
         if depth > MAX_DEPTH {
             return true;
         }
-        match schema.get("additionalProperties") {
-            None | Some(Value::Bool(false)) => {}
-            Some(_) => return true,
-        }
-        if schema.contains_key("patternProperties") {
+        if !matches!(
+            schema.get("additionalProperties"),
+            None | Some(Value::Bool(false))
+        ) || schema.contains_key("patternProperties")
+        {
             return true;
         }
-        // A part that is not an object schema allows any member.
-        Self::parts(schema)
-            .iter()
-            .any(|part| match self.resolve(part) {
-                Value::Object(part) => self.is_open(part, depth + 1),
-                _ => true,
-            })
+        self.parts(schema)
+            .into_iter()
+            .any(|part| part.is_none_or(|part| self.is_open(part, depth + 1)))
     }
 
-    /// Declared property names of `schema` and of its `allOf` parts, in schema order
-    /// (what an error lists as expected).
-    fn collect(&self, schema: &'a Map<String, Value>, declared: &mut Vec<&'a str>, depth: usize) {
+    /// Declared members of `schema` and of its `allOf` parts, in schema order, repeats
+    /// included (what an error lists; the first of a name is the one followed).
+    fn collect(
+        &self,
+        schema: &'a Map<String, Value>,
+        declared: &mut Vec<(&'a str, &'a Value)>,
+        depth: usize,
+    ) {
         if depth > MAX_DEPTH {
             return;
         }
         if let Some(Value::Object(properties)) = schema.get("properties") {
-            declared.extend(properties.keys().map(String::as_str));
+            declared.extend(properties.iter().map(|(n, s)| (n.as_str(), s)));
         }
-        for part in Self::parts(schema) {
-            if let Value::Object(part) = self.resolve(part) {
-                self.collect(part, declared, depth + 1);
-            }
+        for part in self.parts(schema).into_iter().flatten() {
+            self.collect(part, declared, depth + 1);
         }
     }
 }
 
-/// Whether `schema`'s `type` (if it has one) admits `value`'s JSON type.
-fn admits_type(schema: &Value, value: &Value) -> bool {
-    let name = match value {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(n) if n.is_f64() => "number",
-        Value::Number(_) => "integer",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    };
-    let admits = |t: &Value| {
-        t.as_str()
-            .is_some_and(|t| t == name || (t == "number" && name == "integer"))
-    };
-    match schema.get("type") {
-        None => true,
-        Some(Value::Array(types)) => types.iter().any(admits),
-        Some(t) => admits(t),
+impl Members {
+    /// Compiles `schema` (a tool's input schema, `$ref`s local to it).
+    pub(crate) fn compile(schema: &Value) -> Members {
+        let mut compiler = Compiler {
+            root: schema,
+            nodes: Vec::new(),
+            seen: std::collections::HashMap::new(),
+        };
+        let root = compiler.node(schema);
+        Members {
+            nodes: compiler.nodes,
+            root,
+        }
+    }
+
+    /// The first member of `args` that the schema does not declare.
+    pub(crate) fn unknown_member(&self, args: &Value) -> Option<UnknownMember> {
+        self.check(self.root, args, Path::Root, 0)
+    }
+
+    fn rule(&self, node: usize) -> Option<&Rule> {
+        match self.nodes.get(node) {
+            Some(Node::Rule(rule)) => Some(rule),
+            _ => None,
+        }
+    }
+
+    /// Whether the schema of `node` admits `value`'s JSON type.
+    fn admits(&self, node: usize, value: &Value) -> bool {
+        self.rule(node)
+            .is_none_or(|rule| rule.types & type_bit(value) != 0)
+    }
+
+    fn check(
+        &self,
+        node: usize,
+        value: &Value,
+        path: Path<'_>,
+        depth: usize,
+    ) -> Option<UnknownMember> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        let rule = self.rule(node)?;
+        let Some(alternatives) = &rule.alternatives else {
+            return self.check_own(rule, value, path, depth);
+        };
+        let mut first = None;
+        // Only alternatives of the value's JSON type count (`null` accepts no object).
+        for &alternative in alternatives.iter().filter(|&&a| self.admits(a, value)) {
+            match self.check(alternative, value, path, depth + 1) {
+                None => return self.check_own(rule, value, path, depth),
+                Some(found) => {
+                    first.get_or_insert(found);
+                }
+            }
+        }
+        first
+    }
+
+    /// The members and items `rule` declares.
+    fn check_own(
+        &self,
+        rule: &Rule,
+        value: &Value,
+        path: Path<'_>,
+        depth: usize,
+    ) -> Option<UnknownMember> {
+        match value {
+            Value::Object(members) if rule.declares_any => {
+                for (name, member) in members {
+                    let inner = Path::Member(&path, name);
+                    let found = rule
+                        .declared
+                        .binary_search_by(|(n, _)| (**n).cmp(name.as_str()))
+                        .ok()
+                        .and_then(|i| rule.declared.get(i));
+                    match found {
+                        Some(&(_, schema)) => {
+                            if let Some(found) = self.check(schema, member, inner, depth + 1) {
+                                return Some(found);
+                            }
+                        }
+                        None if rule.open => {}
+                        None => {
+                            return Some(UnknownMember {
+                                path: inner.render(),
+                                expected: rule.expected.iter().map(|n| n.to_string()).collect(),
+                            })
+                        }
+                    }
+                }
+                None
+            }
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    let schema = rule
+                        .prefix_items
+                        .as_ref()
+                        .and_then(|p| p.get(i))
+                        .or(rule.items.as_ref());
+                    if let Some(&schema) = schema {
+                        let inner = Path::Item(&path, i);
+                        if let Some(found) = self.check(schema, item, inner, depth + 1) {
+                            return Some(found);
+                        }
+                    }
+                }
+                None
+            }
+            _ => None,
+        }
     }
 }
 
@@ -430,6 +541,45 @@ mod tests {
         let nested = unknown_member(&schema, &json!({"m": {"r": 1}})).unwrap();
         assert_eq!(nested.path, "m.r");
         assert_eq!(nested.expected, ["q"]);
+    }
+
+    /// A recursive type (`Node { children: Vec<Node> }`) compiles to a cycle and is
+    /// checked at every depth the arguments reach; alternatives of the wrong JSON type
+    /// are skipped.
+    #[test]
+    fn recursive_types_and_alternatives_are_checked_at_any_depth() {
+        let schema = json!({
+            "type": "object",
+            "properties": {"root": {"$ref": "#/$defs/Node"}},
+            "$defs": {"Node": {
+                "type": "object",
+                "properties": {"name": {}, "children": {"type": "array", "items": {"$ref": "#/$defs/Node"}}}
+            }}
+        });
+        let ok = json!({"root": {"name": "a", "children": [{"name": "b", "children": [{"name": "c"}]}]}});
+        assert_eq!(unknown_member(&schema, &ok), None);
+        let bad = json!({"root": {"children": [{"children": [{"name": "c", "x": 1}]}]}});
+        let found = unknown_member(&schema, &bad).unwrap();
+        assert_eq!(found.path, "root.children.0.children.0.x");
+        assert_eq!(found.expected, ["children", "name"]);
+
+        let alternatives = json!({
+            "type": "object",
+            "properties": {"v": {
+                "anyOf": [{"type": "string"}, {"type": "object", "properties": {"a": {}}}]
+            }}
+        });
+        assert_eq!(unknown_member(&alternatives, &json!({"v": "text"})), None);
+        assert_eq!(unknown_member(&alternatives, &json!({"v": {"a": 1}})), None);
+        assert_eq!(
+            unknown_member(&alternatives, &json!({"v": {"b": 1}}))
+                .unwrap()
+                .path,
+            "v.b"
+        );
+        // A reference that leads nowhere says nothing, as `true` does.
+        let dangling = json!({"type": "object", "properties": {"d": {"$ref": "#/$defs/Gone"}}});
+        assert_eq!(unknown_member(&dangling, &json!({"d": {"any": 1}})), None);
     }
 
     #[test]

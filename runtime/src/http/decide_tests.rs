@@ -21,7 +21,7 @@ mod fixtures {
     //! attribute macro builds tools.
     use core::time::Duration;
     use std::collections::HashMap;
-    use std::sync::{Mutex, OnceLock};
+    use std::sync::Mutex;
 
     use serde::Deserialize;
     use serde_json::{json, Value};
@@ -145,12 +145,12 @@ mod fixtures {
     }
 
     fn refund_invoke(_: &Context, args: Value) -> BoxFuture<'_, Result<Value, Error>> {
-        static SCHEMA: SchemaCell = OnceLock::new();
+        static SCHEMA: SchemaCell = SchemaCell::new();
         invoke(&REFUND_SPEC, &SCHEMA, args)
     }
 
     fn brief_invoke(_: &Context, args: Value) -> BoxFuture<'_, Result<Value, Error>> {
-        static SCHEMA: SchemaCell = OnceLock::new();
+        static SCHEMA: SchemaCell = SchemaCell::new();
         invoke(&BRIEF_SPEC, &SCHEMA, args)
     }
 

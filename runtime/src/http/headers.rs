@@ -74,9 +74,12 @@ fn sf_string(rest: &str) -> Option<String> {
 /// Whether `Prefer` asks for `return=representation` (RFC 7240, 4.2): the result in the
 /// answer instead of the redirect. Preferences are comma-separated, each `token[=value]`
 /// with optional `;` parameters; names are case-insensitive.
+/// `Prefer` (RFC 7240), made once rather than validated on every request.
+static PREFER: header::HeaderName = header::HeaderName::from_static("prefer");
+
 pub(super) fn prefers_representation(headers: &HeaderMap) -> bool {
     headers
-        .get_all(header::HeaderName::from_static("prefer"))
+        .get_all(&PREFER)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
@@ -154,6 +157,10 @@ pub(super) fn body_kind(headers: &HeaderMap) -> Result<BodyKind, String> {
     let text = value
         .to_str()
         .map_err(|_| "an unreadable Content-Type".to_owned())?;
+    // What nearly every call sends, recognised without parsing a media type.
+    if text.eq_ignore_ascii_case("application/json") {
+        return Ok(BodyKind::Json);
+    }
     let media = text
         .parse::<mime::Mime>()
         .map_err(|_| format!("Content-Type `{text}`"))?;

@@ -15,6 +15,7 @@
 use core::convert::Infallible;
 use core::task::{Context, Poll};
 use core::time::Duration;
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
@@ -351,7 +352,16 @@ struct Guarded {
     /// The request document (`method`, `path`, `body`: its length and SHA-256), stored
     /// with the claim to name what differs when the key is reused.
     args: String,
-    fingerprint: String,
+    /// The digest of `args`, made when first needed: a replay of a record holding these
+    /// very `args` never needs it.
+    fingerprint: std::sync::OnceLock<String>,
+}
+
+impl Guarded {
+    fn fingerprint(&self) -> &str {
+        self.fingerprint
+            .get_or_init(|| key::fingerprint(&self.args))
+    }
 }
 
 async fn handle<S>(config: &Config, inner: S, request: Request<Body>) -> Response
@@ -393,28 +403,42 @@ where
         Err(problem) => return problem.into_response(),
     };
     let store = config.store.clone().unwrap_or_else(ambient::current_store);
-    let claim = ClaimRequest {
-        key: &guarded.key,
-        tool: &guarded.label,
-        version: RECORD_FORMAT,
-        scope: guarded.scope.as_deref(),
-        fingerprint: &guarded.fingerprint,
-        args: &guarded.args,
-        lease: config.lease,
-        ttl: config.ttl,
-        worker: ambient::worker_id(),
-    };
-    let accepts = |theirs: &str| theirs == guarded.fingerprint;
+    let accepts = |theirs: &str| theirs == guarded.fingerprint();
     let policy = Policy {
         on_busy: OnBusy::Report,
         take_over: config.at_least_once,
         accepts: &accepts,
     };
-    let acquired = match lease::acquire(&store, claim, policy).await {
-        Ok(acquired) => acquired,
-        Err(e) => {
-            tracing::warn!(route = %guarded.label, key = %guarded.key, error = %e, "tool-contracts: store failed; the request was not run");
-            return store_unavailable(&guarded, &e);
+    // A completed key the store answers from memory needs no claim (and, holding this
+    // very request document, no fingerprint), as for a tool call.
+    let now = lease::completed_now(
+        &store,
+        &guarded.key,
+        guarded.scope.as_deref(),
+        &guarded.args,
+        &policy,
+    );
+    let acquired = match now {
+        Some(acquired) => acquired,
+        None => {
+            let claim = ClaimRequest {
+                key: &guarded.key,
+                tool: &guarded.label,
+                version: RECORD_FORMAT,
+                scope: guarded.scope.as_deref(),
+                fingerprint: guarded.fingerprint(),
+                args: &guarded.args,
+                lease: config.lease,
+                ttl: config.ttl,
+                worker: ambient::worker_id(),
+            };
+            match lease::acquire(&store, claim, policy).await {
+                Ok(acquired) => acquired,
+                Err(e) => {
+                    tracing::warn!(route = %guarded.label, key = %guarded.key, error = %e, "tool-contracts: store failed; the request was not run");
+                    return store_unavailable(&guarded, &e);
+                }
+            }
         }
     };
     match acquired {
@@ -569,12 +593,15 @@ async fn guard(
         .map_or_else(|| parts.uri.path(), |pq| pq.as_str());
     let mut digest = String::with_capacity(64);
     key::push_hex(&mut digest, &Sha256::digest(body));
-    let request = json!({
-        "method": method,
-        "path": path,
-        "body": {"bytes": body.len(), "sha256": digest},
-    });
-    let mut args = Vec::new();
+    let request = RequestDocument {
+        body: BodyDigest {
+            bytes: body.len(),
+            sha256: &digest,
+        },
+        method,
+        path,
+    };
+    let mut args = Vec::with_capacity(128);
     key::write_canonical(&request, &mut args).map_err(|e| internal(e.to_string()))?;
     let args = String::from_utf8(args).map_err(|e| internal(e.to_string()))?;
     Ok(Guarded {
@@ -582,9 +609,25 @@ async fn guard(
         client_key,
         key,
         scope,
-        fingerprint: key::fingerprint(&args),
+        fingerprint: std::sync::OnceLock::new(),
         args,
     })
+}
+
+/// What the store keeps of a request (`{"body": {"bytes", "sha256"}, "method", "path"}`),
+/// written canonically: a struct rather than a `json!` map, so no map is built per request.
+#[derive(serde::Serialize)]
+struct RequestDocument<'a> {
+    body: BodyDigest<'a>,
+    method: &'a str,
+    path: &'a str,
+}
+
+/// The body's length and SHA-256 (hex), in a [`RequestDocument`].
+#[derive(serde::Serialize)]
+struct BodyDigest<'a> {
+    bytes: usize,
+    sha256: &'a str,
 }
 
 /// Runs the handler under `lease`, then stores its response or releases the key.
@@ -717,31 +760,37 @@ fn encode(status: StatusCode, headers: &HeaderMap, stored: &[HeaderName], body: 
     doc.to_string()
 }
 
+/// A stored response as [`encode`] writes it; strings borrowed from the record unless
+/// they hold escapes.
+#[derive(serde::Deserialize)]
+struct StoredResponse<'a> {
+    status: u16,
+    #[serde(borrow)]
+    headers: Vec<(Cow<'a, str>, Cow<'a, str>)>,
+    #[serde(borrow, default)]
+    body: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    body_hex: Option<Cow<'a, str>>,
+}
+
 /// The stored response of `record`, marked as a replay.
 fn replay(record: &Record) -> Result<Response, String> {
     let RecordState::Completed { result, .. } = &record.state else {
         return Err("the record is not completed".to_owned());
     };
-    let doc: Value = serde_json::from_str(result).map_err(|e| e.to_string())?;
-    let status = doc["status"]
-        .as_u64()
-        .and_then(|s| u16::try_from(s).ok())
-        .and_then(|s| StatusCode::from_u16(s).ok())
-        .ok_or("no valid status")?;
-    let body = match (doc["body"].as_str(), doc["body_hex"].as_str()) {
-        (Some(text), _) => Bytes::from(text.to_owned()),
-        (None, Some(hex)) => Bytes::from(unhex(hex).ok_or("`body_hex` is not hex")?),
+    let stored: StoredResponse<'_> = serde_json::from_str(result).map_err(|e| e.to_string())?;
+    let status = StatusCode::from_u16(stored.status).map_err(|_| "no valid status")?;
+    let body = match (stored.body, stored.body_hex) {
+        (Some(text), _) => Bytes::from(text.into_owned()),
+        (None, Some(hex)) => Bytes::from(unhex(&hex).ok_or("`body_hex` is not hex")?),
         (None, None) => return Err("no body".to_owned()),
     };
     let mut response = Response::new(Body::from(body));
     *response.status_mut() = status;
     let headers = response.headers_mut();
-    for pair in doc["headers"].as_array().ok_or("no headers")? {
-        let (Some(name), Some(value)) = (pair[0].as_str(), pair[1].as_str()) else {
-            return Err("a header is not a [name, value] pair".to_owned());
-        };
+    for (name, value) in stored.headers {
         let name = HeaderName::from_bytes(name.as_bytes()).map_err(|e| e.to_string())?;
-        let value = HeaderValue::from_str(value).map_err(|e| e.to_string())?;
+        let value = HeaderValue::from_str(&value).map_err(|e| e.to_string())?;
         headers.append(name, value);
     }
     headers.insert(REPLAYED_HEADER, HeaderValue::from_static("true"));

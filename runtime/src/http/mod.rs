@@ -556,7 +556,16 @@ fn operation_link(tool: &ToolDescriptor, error: &Error, prefix: &str) -> Option<
 
 /// `{prefix}/operations/{key}`, the key percent-encoded as a path segment.
 fn operation_path(prefix: &str, key: &str) -> String {
-    format!("{prefix}/operations/{}", encode_segment(key))
+    let mut path = String::with_capacity(prefix.len() + "/operations/".len() + key.len());
+    path.push_str(prefix);
+    path.push_str("/operations/");
+    // A store key is 64 hex digits: nothing to encode (checked, so any key stays correct).
+    if key.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        path.push_str(key);
+    } else {
+        path.push_str(&encode_segment(key));
+    }
+    path
 }
 
 /// What RFC 3986 lets a path segment carry as it is (unreserved characters); the rest is
@@ -718,13 +727,15 @@ fn respond_problem(problem: Problem, html: bool) -> Response {
 }
 
 fn json_response(status: StatusCode, value: &Value) -> Response {
+    // `to_vec` writes straight into the buffer; `to_string` goes through `fmt::Display`.
+    let body = serde_json::to_vec(value).unwrap_or_default();
     (
         status,
         [(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         )],
-        value.to_string(),
+        body,
     )
         .into_response()
 }

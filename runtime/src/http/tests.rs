@@ -23,7 +23,7 @@ mod fixtures {
     //! and `seven` (read-only), built by hand as the attribute macros build tools.
     use core::time::Duration;
     use std::collections::HashMap;
-    use std::sync::{Mutex, OnceLock};
+    use std::sync::Mutex;
 
     use serde::{Deserialize, Serialize};
     use serde_json::{json, Value};
@@ -143,7 +143,7 @@ mod fixtures {
 
     fn place_invoke(_: &Context, args: Value) -> BoxFuture<'_, Result<Value, Error>> {
         Box::pin(async move {
-            static SCHEMA: SchemaCell = OnceLock::new();
+            static SCHEMA: SchemaCell = SchemaCell::new();
             let args: Args = decode_tool_args(&PLACE_SPEC, &SCHEMA, place_schema, &args)?;
             place(args).await.map_err(|e| match e {
                 Fail::Contract(e) => e,
