@@ -329,8 +329,13 @@ impl HttpTools {
             return base.clone();
         }
         let path = original.path();
-        path.rfind(route)
-            .map_or_else(String::new, |i| path[..i].to_owned())
+        // A byte-window search: `str::rfind` sets up a two-way searcher per call, which
+        // costs more than scanning a request path this short.
+        path.as_bytes()
+            .windows(route.len())
+            .rposition(|window| window == route.as_bytes())
+            .and_then(|i| path.get(..i))
+            .map_or_else(String::new, str::to_owned)
     }
 
     /// The request's tenant scope, or the refusal.
@@ -361,6 +366,13 @@ impl HttpTools {
         client_key: Option<&str>,
         future: impl Future<Output = T> + Send,
     ) -> T {
+        if tenant.is_none() && client_key.is_none() {
+            // No scope to nest: the call's future is awaited in place, not boxed.
+            return match &self.store {
+                Some(store) => with_store(Arc::clone(store), future).await,
+                None => future.await,
+            };
+        }
         let future: Pin<Box<dyn Future<Output = T> + Send + '_>> = match client_key {
             Some(key) => Box::pin(with_scope(client_scope(key), future)),
             None => Box::pin(future),
