@@ -6,7 +6,9 @@
 //!   scripts that issue the same Redis commands as the store's claim, completion and
 //!   replay scripts (`TIME`, `HMGET`, `INCR`, `HSET`, `PEXPIRE`, `ZADD`, `ZREM`, `RPUSH`),
 //!   without the store's branching. A first call is one claim and one completion, so its
-//!   ceiling is `1 / (1/claim_rate + 1/complete_rate)`; a replay is one claim.
+//!   ceiling is `1 / (1/claim_rate + 1/complete_rate)`; a replay is one claim, whose reply
+//!   (the record's fields packed into one string, as the store's claim script packs them)
+//!   the replay-like script builds the same way.
 //! - PostgreSQL ceiling: a bare tokio-postgres loop, one connection per task, each call one
 //!   autocommit `INSERT` of a record-shaped row (first calls) or one primary-key `SELECT`
 //!   (replays).
@@ -108,7 +110,10 @@ return 1
 
 const CEIL_REPLAY: &str = r"
 local t = redis.call('TIME')
-return redis.call('HGETALL', KEYS[1])
+local flat = redis.call('HGETALL', KEYS[1])
+local parts = {}
+for i = 1, #flat do parts[i] = string.format('%d:', #flat[i]) .. flat[i] end
+return table.concat(parts)
 ";
 
 fn host_port(url: &str) -> (String, String) {

@@ -4,7 +4,8 @@
 //!
 //! `cargo build --release -p tool-contracts-benches --example replay_profile` then
 //! `valgrind --tool=callgrind target/release/examples/replay_profile replay 10000`
-//! (or `bare`, `registry`, `first`).
+//! (or `bare`, `registry`, `first`; `redis` replays from a `RedisStore` at
+//! `TOOL_CONTRACTS_REDIS_URL`, key prefix `tcprofile:`).
 
 #[allow(dead_code)]
 #[path = "../common/tool.rs"]
@@ -15,6 +16,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 use tool::{body, cart, create_order, BenchError, Cart, Order};
+use tool_contracts::store::{RedisStore, Store};
 use tool_contracts::{registry, with_store, MemoryStore};
 
 async fn bare_create_order(user_id: u64, cart: Cart, note: String) -> Result<Order, BenchError> {
@@ -30,7 +32,18 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    let store = Arc::new(MemoryStore::new());
+    let store: Arc<dyn Store> = if what == "redis" {
+        let url = std::env::var("TOOL_CONTRACTS_REDIS_URL").expect("TOOL_CONTRACTS_REDIS_URL");
+        let redis = rt.block_on(
+            RedisStore::builder(&url)
+                .prefix("tcprofile:")
+                .allow_without_persistence()
+                .connect(),
+        );
+        Arc::new(redis.expect("RedisStore"))
+    } else {
+        Arc::new(MemoryStore::new())
+    };
     rt.block_on(with_store(store, async move {
         create_order(7, cart("c-42"), "gift".into())
             .await
