@@ -8,7 +8,10 @@
 //!   without the store's branching. A first call is one claim and one completion, so its
 //!   ceiling is `1 / (1/claim_rate + 1/complete_rate)`; a replay is one claim, whose reply
 //!   (the record's fields packed into one string, as the store's claim script packs them)
-//!   the replay-like script builds the same way.
+//!   the replay-like script builds the same way, from 1,000 completed records of the
+//!   store's shape written beforehand (a replay reads an existing record; before
+//!   2026-12-01 the replay-like script read random absent keys, an empty `HGETALL`, which
+//!   put the ceiling far above what reading a record costs).
 //! - PostgreSQL ceiling: a bare tokio-postgres loop, one connection per task, each call one
 //!   autocommit `INSERT` of a record-shaped row (first calls) or one primary-key `SELECT`
 //!   (replays).
@@ -137,6 +140,52 @@ fn clustered(script: &str) -> String {
 
 /// Requests per second that `redis-benchmark` reaches for `EVALSHA sha 2 k1 k2 args...`;
 /// with `cluster`, in cluster mode (`--cluster`, the keys under redis-benchmark's `{tag}`).
+/// How many records the replay-like ceiling reads: [`seed_replay_records`] writes them.
+const REPLAY_KEYSPACE: u64 = 1_000;
+
+/// The keys the claim-like and complete-like ceilings spread over (`-r`).
+const WIDE_KEYSPACE: u64 = 100_000_000;
+
+/// Writes [`REPLAY_KEYSPACE`] completed records, shaped as the store's (the same 13 fields
+/// and sizes), at the keys the replay-like ceiling reads, with `redis-benchmark` itself (so
+/// that `--cluster` places them as it places the reads): `-n` is 20 times the keyspace, so
+/// every key is written with probability 1 - e^-20.
+fn seed_replay_records(url: &str, fp: &str, args: &str, result: &str, cluster: bool) {
+    let (host, port) = host_port(url);
+    let key = match cluster {
+        true => "tcceil:{tag}r:__rand_int__",
+        false => "tcceil:r:__rand_int__",
+    };
+    let _ = Command::new("redis-benchmark")
+        .args(["-h", &host, "-p", &port, "-c", "16"])
+        .args(["-n", &(20 * REPLAY_KEYSPACE).to_string()])
+        .args(["-r", &REPLAY_KEYSPACE.to_string(), "-q"])
+        .args(cluster.then_some("--cluster"))
+        .args(["HSET", key, "ver", "1", "tok", "1", "tool", "create_order"])
+        .args([
+            "result",
+            result,
+            "upd",
+            "1796125410422",
+            "fp",
+            fp,
+            "st",
+            "c",
+        ])
+        .args(["created", "1796125410354", "expires", "9796211810422"])
+        .args([
+            "done",
+            "1796125410422",
+            "args",
+            args,
+            "err",
+            "0",
+            "worker",
+            "bench-1-1",
+        ])
+        .output();
+}
+
 fn redis_benchmark(
     url: &str,
     concurrency: usize,
@@ -144,6 +193,7 @@ fn redis_benchmark(
     sha: &str,
     args: &[&str],
     cluster: bool,
+    keyspace: u64,
 ) -> Option<f64> {
     let (host, port) = host_port(url);
     let keys = match cluster {
@@ -156,7 +206,7 @@ fn redis_benchmark(
             "-n",
             &requests.to_string(),
             "-r",
-            "100000000",
+            &keyspace.to_string(),
             "--csv",
             "-q",
         ])
@@ -246,9 +296,10 @@ fn bench_redis(rt: &tokio::runtime::Runtime, mode: Mode, url: &str) {
     let result = r#"{"cart_id":"c-42","order_id":71,"total_cents":4999}"#;
     for c in common::concurrencies(CONCURRENCIES) {
         let (first, replays) = ours(rt, &store, c, mode.window(), c as u64 * 1_000_000_000);
-        let rc = redis_benchmark(url, c, requests, &claim, &[fp, args], false);
-        let rk = redis_benchmark(url, c, requests, &complete, &[result], false);
-        let rr = redis_benchmark(url, c, requests, &replay, &[], false);
+        let rc = redis_benchmark(url, c, requests, &claim, &[fp, args], false, WIDE_KEYSPACE);
+        let rk = redis_benchmark(url, c, requests, &complete, &[result], false, WIDE_KEYSPACE);
+        seed_replay_records(url, fp, args, result, false);
+        let rr = redis_benchmark(url, c, requests, &replay, &[], false, REPLAY_KEYSPACE);
         match (rc, rk, rr) {
             (Some(rc), Some(rk), Some(rr)) => {
                 let first_ceiling = 1.0 / (1.0 / rc + 1.0 / rk);
@@ -315,9 +366,18 @@ fn bench_redis_cluster(rt: &tokio::runtime::Runtime, mode: Mode) {
     let seed = &cluster.node_urls()[0];
     let c = 64;
     let (first, replays) = ours(rt, &store, c, mode.window(), 70_000_000_000);
-    let rc = redis_benchmark(seed, c, requests, &shas[0], &[fp, args], true);
-    let rk = redis_benchmark(seed, c, requests, &shas[1], &[result], true);
-    let rr = redis_benchmark(seed, c, requests, &shas[2], &[], true);
+    let rc = redis_benchmark(
+        seed,
+        c,
+        requests,
+        &shas[0],
+        &[fp, args],
+        true,
+        WIDE_KEYSPACE,
+    );
+    let rk = redis_benchmark(seed, c, requests, &shas[1], &[result], true, WIDE_KEYSPACE);
+    seed_replay_records(seed, fp, args, result, true);
+    let rr = redis_benchmark(seed, c, requests, &shas[2], &[], true, REPLAY_KEYSPACE);
     match (rc, rk, rr) {
         (Some(rc), Some(rk), Some(rr)) => {
             let first_ceiling = 1.0 / (1.0 / rc + 1.0 / rk);

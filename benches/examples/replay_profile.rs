@@ -5,7 +5,9 @@
 //! `cargo build --release -p tool-contracts-benches --example replay_profile` then
 //! `valgrind --tool=callgrind target/release/examples/replay_profile replay 10000`
 //! (or `bare`, `registry`, `first`; `redis` replays from a `RedisStore` at
-//! `TOOL_CONTRACTS_REDIS_URL`, key prefix `tcprofile:`).
+//! `TOOL_CONTRACTS_REDIS_URL`, key prefix `tcprofile:`). `redis-conc C` replays 1,000
+//! completed keys from `RedisStore` with C concurrent tasks on a 2-worker runtime for five
+//! seconds and prints the rate (for `perf`, which sees the kernel's side too).
 
 #[allow(dead_code)]
 #[path = "../common/tool.rs"]
@@ -24,10 +26,63 @@ async fn bare_create_order(user_id: u64, cart: Cart, note: String) -> Result<Ord
     Ok(body(user_id, cart))
 }
 
+/// `redis-conc`: `concurrency` tasks replaying 1,000 completed keys for five seconds.
+fn redis_concurrent(concurrency: u64) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let url = std::env::var("TOOL_CONTRACTS_REDIS_URL").expect("TOOL_CONTRACTS_REDIS_URL");
+    let store = rt
+        .block_on(
+            RedisStore::builder(&url)
+                .prefix("tcprofile:")
+                .allow_without_persistence()
+                .connect(),
+        )
+        .expect("RedisStore");
+    let store: Arc<dyn Store> = Arc::new(store);
+    rt.block_on(with_store(Arc::clone(&store), async {
+        for user in 0..1_000 {
+            black_box(create_order(user, cart("c-42"), "gift".into()).await.ok());
+        }
+    }));
+    let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let start = std::time::Instant::now();
+    let window = std::time::Duration::from_secs(5);
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|_| {
+            let store = Arc::clone(&store);
+            let next = Arc::clone(&next);
+            rt.spawn(with_store(store, async move {
+                while start.elapsed() < window {
+                    let user = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 1_000;
+                    black_box(create_order(user, cart("c-42"), "gift".into()).await.ok());
+                }
+            }))
+        })
+        .collect();
+    rt.block_on(async {
+        for task in tasks {
+            task.await.expect("task");
+        }
+    });
+    let calls = next.load(std::sync::atomic::Ordering::Relaxed);
+    println!(
+        "{calls} replays with {concurrency} tasks in {:.2} s: {:.0}/s",
+        start.elapsed().as_secs_f64(),
+        calls as f64 / start.elapsed().as_secs_f64()
+    );
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let what = args.next().unwrap_or_else(|| "replay".to_owned());
     let n: u64 = args.next().and_then(|n| n.parse().ok()).unwrap_or(10_000);
+    if what == "redis-conc" {
+        return redis_concurrent(n);
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
