@@ -34,7 +34,10 @@ pub(crate) fn unknown_member(schema: &Value, args: &Value) -> Option<UnknownMemb
     Members::compile(schema).unknown_member(args)
 }
 
-/// Deeper than this, a schema is not followed (a recursive type): nothing is refused there.
+/// Deeper than this, the arguments are not followed (a recursive type): nothing is refused
+/// there. A schema's `allOf` parts are merged to this depth when it is compiled, whatever
+/// the depth of the arguments they later check (the walk before `Members` counted the two
+/// together, so an `allOf` met below 64 levels of arguments was treated as open).
 const MAX_DEPTH: usize = 64;
 
 /// Where the walk is, as borrowed segments; [`Path::render`] gives the dotted path.

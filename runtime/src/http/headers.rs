@@ -71,12 +71,12 @@ fn sf_string(rest: &str) -> Option<String> {
     None
 }
 
-/// Whether `Prefer` asks for `return=representation` (RFC 7240, 4.2): the result in the
-/// answer instead of the redirect. Preferences are comma-separated, each `token[=value]`
-/// with optional `;` parameters; names are case-insensitive.
 /// `Prefer` (RFC 7240), made once rather than validated on every request.
 static PREFER: header::HeaderName = header::HeaderName::from_static("prefer");
 
+/// Whether `Prefer` asks for `return=representation` (RFC 7240, 4.2): the result in the
+/// answer instead of the redirect. Preferences are comma-separated, each `token[=value]`
+/// with optional `;` parameters; names are case-insensitive.
 pub(super) fn prefers_representation(headers: &HeaderMap) -> bool {
     headers
         .get_all(&PREFER)

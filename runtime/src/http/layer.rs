@@ -15,7 +15,6 @@
 use core::convert::Infallible;
 use core::task::{Context, Poll};
 use core::time::Duration;
-use std::borrow::Cow;
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
@@ -760,17 +759,16 @@ fn encode(status: StatusCode, headers: &HeaderMap, stored: &[HeaderName], body: 
     doc.to_string()
 }
 
-/// A stored response as [`encode`] writes it; strings borrowed from the record unless
-/// they hold escapes.
+/// A stored response as [`encode`] writes it, decoded straight from the record's text
+/// (no `serde_json::Value` in between).
 #[derive(serde::Deserialize)]
-struct StoredResponse<'a> {
+struct StoredResponse {
     status: u16,
-    #[serde(borrow)]
-    headers: Vec<(Cow<'a, str>, Cow<'a, str>)>,
-    #[serde(borrow, default)]
-    body: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    body_hex: Option<Cow<'a, str>>,
+    headers: Vec<(String, String)>,
+    #[serde(default)]
+    body: Option<String>,
+    #[serde(default)]
+    body_hex: Option<String>,
 }
 
 /// The stored response of `record`, marked as a replay.
@@ -778,10 +776,10 @@ fn replay(record: &Record) -> Result<Response, String> {
     let RecordState::Completed { result, .. } = &record.state else {
         return Err("the record is not completed".to_owned());
     };
-    let stored: StoredResponse<'_> = serde_json::from_str(result).map_err(|e| e.to_string())?;
+    let stored: StoredResponse = serde_json::from_str(result).map_err(|e| e.to_string())?;
     let status = StatusCode::from_u16(stored.status).map_err(|_| "no valid status")?;
     let body = match (stored.body, stored.body_hex) {
-        (Some(text), _) => Bytes::from(text.into_owned()),
+        (Some(text), _) => Bytes::from(text),
         (None, Some(hex)) => Bytes::from(unhex(&hex).ok_or("`body_hex` is not hex")?),
         (None, None) => return Err("no body".to_owned()),
     };

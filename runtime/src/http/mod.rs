@@ -329,6 +329,7 @@ impl HttpTools {
             return base.clone();
         }
         let path = original.path();
+        debug_assert!(!route.is_empty(), "a route part to search for");
         // A byte-window search: `str::rfind` sets up a two-way searcher per call, which
         // costs more than scanning a request path this short.
         path.as_bytes()

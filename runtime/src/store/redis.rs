@@ -1277,7 +1277,6 @@ struct Fields<'a> {
     done: Option<&'a [u8]>,
 }
 
-/// Builds a [`Record`] from a flat `HGETALL` reply, checking every field.
 /// The items of a record packed by the claim scripts' `pack` (`<length>:<bytes>` each);
 /// `None` if the text is not such a sequence.
 fn unpack(mut packed: &[u8]) -> Option<Vec<&[u8]>> {
@@ -1320,6 +1319,8 @@ fn uint_of(bytes: &[u8]) -> Option<u64> {
     core::str::from_utf8(bytes).ok()?.parse().ok()
 }
 
+/// Builds a [`Record`] from the fields of a flat `HGETALL` reply (or a packed one),
+/// checking every field.
 fn parse_record(key: &str, flat: &[&[u8]]) -> StoreResult<Record> {
     if !flat.len().is_multiple_of(2) {
         return Err(StoreError::Corrupt(format!(
