@@ -7,8 +7,9 @@
 //!   replay scripts (`TIME`, `HMGET`, `INCR`, `HSET`, `PEXPIRE`, `ZADD`, `ZREM`, `RPUSH`),
 //!   without the store's branching. A first call is one claim and one completion, so its
 //!   ceiling is `1 / (1/claim_rate + 1/complete_rate)`; a replay is one claim, whose reply
-//!   (the record's fields packed into one string, as the store's claim script packs them)
-//!   the replay-like script builds the same way, from 1,000 completed records of the
+//!   (the record's fields packed into one string by `cmsgpack.pack`, as the store's claim
+//!   script packs them; a Lua-built string before 2026-12-01, session 3) the replay-like
+//!   script builds the same way, from 1,000 completed records of the
 //!   store's shape written beforehand (a replay reads an existing record; before
 //!   2026-12-01 the replay-like script read random absent keys, an empty `HGETALL`, which
 //!   put the ceiling far above what reading a record costs).
@@ -114,9 +115,7 @@ return 1
 const CEIL_REPLAY: &str = r"
 local t = redis.call('TIME')
 local flat = redis.call('HGETALL', KEYS[1])
-local parts = {}
-for i = 1, #flat do parts[i] = string.format('%d:', #flat[i]) .. flat[i] end
-return table.concat(parts)
+return cmsgpack.pack(flat)
 ";
 
 fn host_port(url: &str) -> (String, String) {

@@ -220,15 +220,12 @@ local function fresh(now, created, kind)
   redis.call('ZADD', KEYS[4], expires, ARGV[1])
   return { 'acquired', tok }
 end
--- The record's fields as ONE bulk string of `<length>:<bytes>` items (as netstrings, without
--- the trailing comma): the client parses one string of a few hundred bytes much faster than
--- a reply of some thirty bulk strings (the `redis` crate's reply parser costs more per
--- element than the rest of a replay).
-local function pack(flat)
-  local parts = {}
-  for i = 1, #flat do parts[i] = string.format('%d:', #flat[i]) .. flat[i] end
-  return table.concat(parts)
-end
+-- The record's fields as ONE bulk string, a MessagePack array of strings made by Redis's
+-- own C encoder (`cmsgpack`): the client parses one string much faster than a reply of some
+-- thirty bulk strings (the `redis` crate's reply parser costs more per element than the rest
+-- of a replay), and `cmsgpack` costs the server about a third of what building the same
+-- string in Lua did (`string.format` per field, then `table.concat`).
+local function pack(flat) return cmsgpack.pack(flat) end
 local function existing(r, now)
   if r.st == 'c' then return { 'completed', pack(r.flat) } end
   if r.lease > now then return { 'in_progress', r.fp, fmt(r.lease - now) } end
@@ -1277,31 +1274,23 @@ struct Fields<'a> {
     done: Option<&'a [u8]>,
 }
 
-/// The items of a record packed by the claim scripts' `pack` (`<length>:<bytes>` each);
-/// `None` if the text is not such a sequence.
-fn unpack(mut packed: &[u8]) -> Option<Vec<&[u8]>> {
-    let mut items = Vec::with_capacity(32);
-    while !packed.is_empty() {
-        // The decimal length, read digit by digit up to its `:`.
-        let mut len: usize = 0;
-        let mut colon = 0;
-        loop {
-            match *packed.get(colon)? {
-                b':' if colon > 0 => break,
-                digit @ b'0'..=b'9' => {
-                    len = len
-                        .checked_mul(10)?
-                        .checked_add(usize::from(digit - b'0'))?;
-                }
-                _ => return None,
-            }
-            colon += 1;
-        }
-        let rest = packed.get(colon + 1..)?;
-        items.push(rest.get(..len)?);
-        packed = rest.get(len..)?;
+/// The items of a record packed by the claim scripts' `pack` (a MessagePack array of
+/// strings); `None` if the text is not exactly such an array.
+fn unpack(packed: &[u8]) -> Option<Vec<&[u8]>> {
+    let mut rest = packed;
+    let count = usize::try_from(rmp::decode::read_array_len(&mut rest).ok()?).ok()?;
+    // Each item takes at least its one-byte header: a count past that is malformed.
+    if count > rest.len() {
+        return None;
     }
-    Some(items)
+    let mut items = Vec::with_capacity(count);
+    for _ in 0..count {
+        let len = usize::try_from(rmp::decode::read_str_len(&mut rest).ok()?).ok()?;
+        let (item, tail) = rest.split_at_checked(len)?;
+        items.push(item);
+        rest = tail;
+    }
+    rest.is_empty().then_some(items)
 }
 
 /// The bulk strings of a flat `HGETALL` reply; `None` if one is not a string.
@@ -1489,21 +1478,51 @@ mod tests {
         }
     }
 
-    /// What the claim scripts' `pack` writes comes back item by item, bytes of any kind
-    /// included (`:` and digits inside an item); a text that is not such a sequence is
-    /// refused rather than read short.
+    /// What the claim scripts' `pack` writes (a MessagePack array of strings) comes back
+    /// item by item, bytes of any kind and every string header size included; a text that
+    /// is not exactly such an array is refused rather than read short.
     #[test]
     fn packed_fields_unpack_exactly() {
-        let items: [&[u8]; 5] = [b"st", b"c", b"", b"12:34", "é\n\"x\"".as_bytes()];
-        let packed: Vec<u8> = items
-            .iter()
-            .flat_map(|item| [format!("{}:", item.len()).into_bytes(), item.to_vec()])
-            .flatten()
-            .collect();
+        let long = |n: usize| "x".repeat(n);
+        let (l31, l32, l256, l70k) = (long(31), long(32), long(256), long(70_000));
+        let items: Vec<&[u8]> = vec![
+            b"st",
+            b"c",
+            b"",
+            b"12:34",
+            "\u{e9}\n\"x\"".as_bytes(),
+            l31.as_bytes(),
+            l32.as_bytes(),
+            l256.as_bytes(),
+            l70k.as_bytes(),
+        ];
+        let pack = |items: &[&[u8]]| {
+            let mut out = Vec::new();
+            rmp::encode::write_array_len(&mut out, items.len() as u32).unwrap();
+            for item in items {
+                rmp::encode::write_str_len(&mut out, item.len() as u32).unwrap();
+                out.extend_from_slice(item);
+            }
+            out
+        };
+        let packed = pack(&items);
         assert_eq!(unpack(&packed).unwrap(), items);
-        assert_eq!(unpack(b"").unwrap(), Vec::<&[u8]>::new());
-        for bad in [&b"3:ab"[..], b"x:ab", b":ab", b"2ab", b"-1:a", b"2:ab1"] {
-            assert_eq!(unpack(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        assert_eq!(unpack(&pack(&[])).unwrap(), Vec::<&[u8]>::new());
+        // Cut short, one byte too many, a count past the bytes, a non-string item, not an array.
+        let mut extra = packed.clone();
+        extra.push(0xa0);
+        let mut int_item = pack(&[b"st"]);
+        int_item[0] = 0x92;
+        int_item.push(0x01);
+        for bad in [
+            &packed[..packed.len() - 1],
+            &extra[..],
+            &[0xdd, 0xff, 0xff, 0xff, 0xff, 0xa0][..],
+            &int_item[..],
+            b"2:st",
+            b"",
+        ] {
+            assert_eq!(unpack(bad), None, "{bad:?}");
         }
     }
 
