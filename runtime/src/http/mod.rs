@@ -43,7 +43,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, PathRejection};
+use axum::extract::rejection::PathRejection;
 use axum::extract::{DefaultBodyLimit, OriginalUri, Path, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderName, HeaderValue, StatusCode};
@@ -396,9 +396,11 @@ async fn call_tool(
     State(tools): Tools,
     OriginalUri(original): OriginalUri,
     name: Result<Path<String>, PathRejection>,
-    parts: Parts,
-    body: Result<Bytes, BytesRejection>,
+    request: axum::extract::Request,
 ) -> Response {
+    // The request taken apart rather than `Parts` extracted: that extractor clones the head
+    // (headers, extensions), which showed in a replay's profile.
+    let (parts, body) = request.into_parts();
     let html = headers::prefers_html(&parts.headers);
     let refuse = |problem: Problem| with_vary(respond_problem(problem, html));
     let Ok(Path(name)) = name else {
@@ -427,6 +429,7 @@ async fn call_tool(
         Ok(key) => key,
         Err(e) => return refuse(Problem::from_error(&e, None)),
     };
+    let body = layer::read_body(body, &parts.headers, tools.max_body_bytes).await;
     let args = match arguments(tool, &parts, body) {
         Ok(args) => args,
         Err(problem) => return refuse(*problem),
@@ -463,21 +466,9 @@ async fn call_tool(
 fn arguments(
     tool: &ToolDescriptor,
     parts: &Parts,
-    body: Result<Bytes, BytesRejection>,
+    body: Result<Bytes, Problem>,
 ) -> Result<Value, Box<Problem>> {
-    let body = body.map_err(|rejection| {
-        Box::new(if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            Problem::new(
-                ProblemType::PayloadTooLarge,
-                format!("the request body is larger than this server accepts ({rejection}); nothing ran. Send large content by reference (an id, a URL) rather than in a tool's arguments"),
-            )
-        } else {
-            Problem::new(
-                ProblemType::InvalidArguments,
-                format!("the request body could not be read ({rejection}); nothing ran"),
-            )
-        })
-    })?;
+    let body = body.map_err(Box::new)?;
     if body.is_empty() {
         return Ok(Value::Object(Map::new()));
     }

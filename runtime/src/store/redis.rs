@@ -1196,13 +1196,13 @@ fn is(v: &Value, expected: &[u8]) -> bool {
 }
 
 fn text(v: &Value) -> Option<String> {
-    bytes(v).and_then(|b| String::from_utf8(b.to_vec()).ok())
+    bytes(v).and_then(text_of)
 }
 
 fn uint(v: &Value) -> Option<u64> {
     match v {
         Value::Int(i) => u64::try_from(*i).ok(),
-        other => core::str::from_utf8(bytes(other)?).ok()?.parse().ok(),
+        other => bytes(other).and_then(uint_of),
     }
 }
 
