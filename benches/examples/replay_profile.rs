@@ -13,6 +13,9 @@
 #[path = "../common/tool.rs"]
 mod tool;
 
+#[path = "../common/load.rs"]
+mod load;
+
 use std::hint::black_box;
 use std::sync::Arc;
 
@@ -48,31 +51,23 @@ fn redis_concurrent(concurrency: u64) {
             black_box(create_order(user, cart("c-42"), "gift".into()).await.ok());
         }
     }));
-    let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let start = std::time::Instant::now();
-    let window = std::time::Duration::from_secs(5);
-    let tasks: Vec<_> = (0..concurrency)
-        .map(|_| {
+    let (calls, elapsed) = rt.block_on(load::concurrent(
+        usize::try_from(concurrency).expect("concurrency"),
+        std::time::Duration::from_secs(5),
+        0,
+        move |i| {
             let store = Arc::clone(&store);
-            let next = Arc::clone(&next);
-            rt.spawn(with_store(store, async move {
-                while start.elapsed() < window {
-                    let user = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 1_000;
-                    black_box(create_order(user, cart("c-42"), "gift".into()).await.ok());
-                }
-            }))
-        })
-        .collect();
-    rt.block_on(async {
-        for task in tasks {
-            task.await.expect("task");
-        }
-    });
-    let calls = next.load(std::sync::atomic::Ordering::Relaxed);
+            async move {
+                let user = i % 1_000;
+                let out = with_store(store, create_order(user, cart("c-42"), "gift".into()));
+                black_box(out.await.ok());
+            }
+        },
+    ));
     println!(
         "{calls} replays with {concurrency} tasks in {:.2} s: {:.0}/s",
-        start.elapsed().as_secs_f64(),
-        calls as f64 / start.elapsed().as_secs_f64()
+        elapsed.as_secs_f64(),
+        calls as f64 / elapsed.as_secs_f64()
     );
 }
 
