@@ -521,7 +521,11 @@ fn identity_of(config: &Config, parts: &Parts) -> Result<Option<String>, Rejecti
 }
 
 /// The request body, read whole up to `limit` bytes (`413` over it).
-pub(super) async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Bytes, Problem> {
+pub(super) async fn read_body(
+    body: Body,
+    headers: &HeaderMap,
+    limit: usize,
+) -> Result<Bytes, Problem> {
     let too_large = || {
         Problem::new(
             ProblemType::PayloadTooLarge,
