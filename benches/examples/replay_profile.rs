@@ -4,7 +4,7 @@
 //!
 //! `cargo build --release -p tool-contracts-benches --example replay_profile` then
 //! `valgrind --tool=callgrind target/release/examples/replay_profile replay 10000`
-//! (or `bare`, `registry`, `first`; `redis` replays from a `RedisStore` at
+//! (or `bare`, `registry`, `first`, `key` (the 3-field key of `key_derivation` alone); `redis` replays from a `RedisStore` at
 //! `TOOL_CONTRACTS_REDIS_URL`, key prefix `tcprofile:`). `redis-conc C` replays 1,000
 //! completed keys from `RedisStore` with C concurrent tasks on a 2-worker runtime for five
 //! seconds and prints the rate (for `perf`, which sees the kernel's side too).
@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 use tool::{body, cart, create_order, BenchError, Cart, Order};
+use tool_contracts::key::{KeyBuilder, TOOL_KEY_CONTRACT};
 use tool_contracts::store::{RedisStore, Store};
 use tool_contracts::{registry, with_store, MemoryStore};
 
@@ -106,6 +107,14 @@ fn main() {
                 "registry" => {
                     let args = json!({"user_id": 7, "cart": {"id": "c-42", "items": ["book"]}, "note": "gift"});
                     black_box(registry().call("create_order", args).await.ok());
+                }
+                "key" => {
+                    // The 3-field intent of `benches/key_derivation.rs`.
+                    let mut k = KeyBuilder::new(TOOL_KEY_CONTRACT);
+                    k.field("amount_cents", &black_box(4999_u64)).ok();
+                    k.field("cart.id", black_box("c-42")).ok();
+                    k.field("user_id", &black_box(7_u64)).ok();
+                    black_box(k.finish(None, "create_order", 1));
                 }
                 "first" => {
                     black_box(create_order(black_box(1000 + i), cart("c-42"), "gift".into()).await.ok());

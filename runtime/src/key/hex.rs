@@ -50,12 +50,18 @@ mod tests {
 
     #[test]
     fn hex_is_two_lowercase_digits_a_byte_at_any_length() {
-        for len in [0_usize, 1, 16, 31, 32, 33, 64, 65, 100] {
+        for len in [0_usize, 1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 64, 65, 100, 256] {
             let bytes: Vec<u8> = (0..len).map(|i| (i * 37 + 11) as u8).collect();
             let mut out = String::from("x");
             push_hex(&mut out, &bytes);
             let expected: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
             assert_eq!(out, format!("x{expected}"), "{len} bytes");
         }
+        // Every byte value.
+        let bytes: Vec<u8> = (0..=255_u8).collect();
+        let mut out = String::new();
+        push_hex(&mut out, &bytes);
+        let expected: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(out, expected);
     }
 }

@@ -306,10 +306,10 @@ impl KeyBuilder {
     /// Returns the 64-char lowercase hex key.
     #[must_use]
     pub fn finish(mut self, scope: Option<&str>, tool: &str, version: u32) -> String {
-        let scratch = core::mem::take(&mut self.scratch);
-        let doc = self.finish_document(scope, tool, version);
+        self.close_document(scope, tool, version);
         let mut key = String::with_capacity(64);
-        push_hex(&mut key, &Sha256::digest(&doc));
+        push_hex(&mut key, &Sha256::digest(&self.doc));
+        let KeyBuilder { doc, scratch, .. } = self;
         Spare { doc, scratch }.keep();
         key
     }
@@ -317,12 +317,18 @@ impl KeyBuilder {
     /// The canonical document bytes that finish() hashes (for tests/debugging).
     #[must_use]
     pub fn finish_document(mut self, scope: Option<&str>, tool: &str, version: u32) -> Vec<u8> {
-        let scratch = core::mem::take(&mut self.scratch);
+        self.close_document(scope, tool, version);
+        let KeyBuilder { doc, scratch, .. } = self;
         Spare {
             doc: Vec::new(),
             scratch,
         }
         .keep();
+        doc
+    }
+
+    /// Appends the members after `fields` and closes the document.
+    fn close_document(&mut self, scope: Option<&str>, tool: &str, version: u32) {
         let doc = &mut self.doc;
         doc.extend_from_slice(b"},\"scope\":");
         match scope {
@@ -334,7 +340,6 @@ impl KeyBuilder {
         doc.extend_from_slice(b",\"version\":");
         write_u64(doc, u64::from(version));
         doc.push(b'}');
-        self.doc
     }
 }
 
