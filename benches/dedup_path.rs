@@ -122,6 +122,50 @@ fn bench(c: &mut Criterion) {
         });
     });
     g.finish();
+
+    // Replay / bare and registry / direct replay measured paired (`common/paired.rs`):
+    // the two paths in alternating batches, so the machine's drift between criterion's
+    // separate measurements does not enter the ratio.
+    let mode = common::Mode::detect();
+    let replay = |n: u64| {
+        rt.block_on(with_store(Arc::clone(&store), async move {
+            let start = Instant::now();
+            for _ in 0..n {
+                let out = create_order(black_box(7), cart("c-42"), "gift".into()).await;
+                black_box(out.expect("replay"));
+            }
+            start.elapsed()
+        }))
+    };
+    let bare = |n: u64| {
+        rt.block_on(async move {
+            let start = Instant::now();
+            for _ in 0..n {
+                let out = bare_create_order(black_box(7), cart("c-42"), "gift".into()).await;
+                black_box(out.expect("bare"));
+            }
+            start.elapsed()
+        })
+    };
+    let registry_replay = |n: u64| {
+        rt.block_on(with_store(Arc::clone(&store), async move {
+            let start = Instant::now();
+            for _ in 0..n {
+                let args = json!({"user_id": 7, "cart": {"id": "c-42", "items": ["book"]}, "note": "gift"});
+                let out = registry().call("create_order", args).await;
+                black_box(out.expect("replay"));
+            }
+            start.elapsed()
+        }))
+    };
+    let (rounds, batch) = common::paired::plan(mode, 1_000.0);
+    let r = common::paired::paired(rounds, batch, replay, bare);
+    println!("{}", r.line("call/replay/ours_memory / bare_fn"));
+    let r = common::paired::paired(rounds, batch, registry_replay, replay);
+    println!(
+        "{}",
+        r.line("call/replay/ours_registry_json / replay/ours_memory")
+    );
 }
 
 fn main() {

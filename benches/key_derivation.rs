@@ -17,6 +17,7 @@
 mod common;
 
 use std::hint::black_box;
+use std::time::Instant;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use serde::Serialize;
@@ -221,6 +222,44 @@ fn bench(c: &mut Criterion) {
         },
     );
     g.finish();
+
+    // The same ratios measured paired (`common/paired.rs`): ours and the floor in
+    // alternating batches, so the machine's drift between criterion's separate
+    // measurements does not enter the ratio.
+    let mode = common::Mode::detect();
+    let time = |n: u64, f: &dyn Fn()| {
+        let start = Instant::now();
+        for _ in 0..n {
+            f();
+        }
+        start.elapsed()
+    };
+    let small = |n| {
+        time(n, &|| {
+            black_box(ours_small(black_box(7), black_box("c-42"), black_box(4999)));
+        })
+    };
+    let small_floor = |n| {
+        time(n, &|| {
+            black_box(Sha256::digest(black_box(&small_doc)));
+        })
+    };
+    let (rounds, batch) = common::paired::plan(mode, 400.0);
+    let r = common::paired::paired(rounds, batch, small, small_floor);
+    println!("{}", r.line("key/3-field ours / floor_sha256"));
+    let big = |n| {
+        time(n, &|| {
+            black_box(ours_big(black_box(7), black_box(&cart)));
+        })
+    };
+    let big_floor = |n| {
+        time(n, &|| {
+            black_box(Sha256::digest(black_box(&big_doc)));
+        })
+    };
+    let (rounds, batch) = common::paired::plan(mode, 15_000.0);
+    let r = common::paired::paired(rounds, batch, big, big_floor);
+    println!("{}", r.line("key/4KiB-arg ours / floor_sha256"));
 }
 
 fn main() {

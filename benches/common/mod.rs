@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 pub mod load;
+pub mod paired;
 
 /// How long and how hard a custom (non-criterion) measurement may run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -50,7 +50,9 @@ mod tests {
 
     #[test]
     fn hex_is_two_lowercase_digits_a_byte_at_any_length() {
-        for len in [0_usize, 1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 64, 65, 100, 256] {
+        for len in [
+            0_usize, 1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 64, 65, 100, 256,
+        ] {
             let bytes: Vec<u8> = (0..len).map(|i| (i * 37 + 11) as u8).collect();
             let mut out = String::from("x");
             push_hex(&mut out, &bytes);
