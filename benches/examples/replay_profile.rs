@@ -4,8 +4,9 @@
 //!
 //! `cargo build --release -p tool-contracts-benches --example replay_profile` then
 //! `valgrind --tool=callgrind target/release/examples/replay_profile replay 10000`
-//! (or `bare`, `registry`, `first`, `key` (the 3-field key of `key_derivation` alone); `redis` replays from a `RedisStore` at
-//! `TOOL_CONTRACTS_REDIS_URL`, key prefix `tcprofile:`). `redis-conc C` replays 1,000
+//! (or `bare`, `registry`, `first`, `key` (the 3-field key of `key_derivation` alone),
+//! `sizes` (the size of a call's future, which each `.await` moves); `redis` replays from
+//! a `RedisStore` at `TOOL_CONTRACTS_REDIS_URL`, key prefix `tcprofile:`). `redis-conc C` replays 1,000
 //! completed keys from `RedisStore` with C concurrent tasks on a 2-worker runtime for five
 //! seconds and prints the rate (for `perf`, which sees the kernel's side too).
 
@@ -76,6 +77,14 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let what = args.next().unwrap_or_else(|| "replay".to_owned());
     let n: u64 = args.next().and_then(|n| n.parse().ok()).unwrap_or(10_000);
+    if what == "sizes" {
+        let fut = create_order(7, cart("c-42"), "gift".into());
+        println!(
+            "create_order future: {} bytes",
+            core::mem::size_of_val(&fut)
+        );
+        return;
+    }
     if what == "redis-conc" {
         return redis_concurrent(n);
     }

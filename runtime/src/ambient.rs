@@ -302,6 +302,12 @@ pub(crate) async fn with_call_journal<F: Future>(
     CALL_JOURNAL.scope(journal, future).await
 }
 
+/// Whether tool calls made here are journaled (made inside a run, outside a step): the
+/// engine then hands each call to [`journal_call`] before it may be replayed.
+pub(crate) fn journaling() -> bool {
+    CALL_JOURNAL.try_with(Option::is_some).unwrap_or(false)
+}
+
 /// Called by the engine before a tool call claims its key: hands the call to the journal
 /// of the run it is made in, if any.
 pub(crate) async fn journal_call(

@@ -546,7 +546,7 @@ where
 {
     // The body's own future, with no wrapper of ours around it: a body that is not `Send`
     // is then reported within the user's block, not within an engine type.
-    run(call, ops, body, None, false)
+    start(call, ops, body, None, false)
 }
 
 /// The general entry point: the attempt `attempt` makes may verify first (`verify = …`,
@@ -564,16 +564,43 @@ where
     A: FnOnce() -> F,
     F: Future<Output = Attempt<T, E>>,
 {
-    run(call, ops, attempt, unknown_if, has_verify)
+    start(call, ops, attempt, unknown_if, has_verify)
 }
 
-async fn run<T, E, A, F>(
+/// A call's future: decided already (a replay answered from memory, a refusal), or the
+/// full path on the heap. Either way small, so the `.await`s up the caller's stack, each
+/// of which moves the future it awaits, move a few words rather than the whole path.
+pub(crate) enum Execution<T, E, R> {
+    /// The answer, known when the call started.
+    Done(core::future::Ready<Result<T, E>>),
+    /// The journal, the approval gate, the claim, the body.
+    Running(core::pin::Pin<Box<R>>),
+}
+
+impl<T, E, R: Future<Output = Result<T, E>>> Future for Execution<T, E, R> {
+    type Output = Result<T, E>;
+
+    fn poll(
+        self: core::pin::Pin<&mut Self>,
+        cx: &mut core::task::Context<'_>,
+    ) -> core::task::Poll<Self::Output> {
+        match self.get_mut() {
+            Execution::Done(answer) => core::pin::Pin::new(answer).poll(cx),
+            Execution::Running(run) => run.as_mut().poll(cx),
+        }
+    }
+}
+
+/// Starts a call when its future is made (in the tool's own future, on its first poll):
+/// a refusal, or a replay the store answers from memory, is decided here, synchronously,
+/// and the full path's future is built (on the heap) only for a call that needs it.
+fn start<T, E, A, F>(
     call: Result<Call, Error>,
     ops: Ops<T, E>,
     attempt: A,
     unknown_if: Option<fn(&E) -> bool>,
     has_verify: bool,
-) -> Result<T, E>
+) -> Execution<T, E, impl Future<Output = Result<T, E>>>
 where
     A: FnOnce() -> F,
     F: Future,
@@ -582,12 +609,62 @@ where
     // Feature `otel`: the call's span, entered around everything below, and on drop its
     // count and duration. Without it, zero-sized and free.
     let mut telemetry = CallTelemetry::start(call.as_ref().map(|call| call.spec.name));
+    let slot = take_report();
+    let task_start = take_task_start();
+    let call = match call {
+        Ok(call) => call,
+        Err(e) => {
+            telemetry.decided(Decision::Rejected);
+            let e = failed(&mut telemetry, &slot, &ops, e);
+            return Execution::Done(core::future::ready(Err(e)));
+        }
+    };
+    telemetry.key(&call.key);
+    report(&slot, |r| r.key = Some(call.key.clone()));
+    let store = ambient::current_store();
+    if !call.approval && !ambient::journaling() {
+        let accepts = |theirs: &str| call.accepts(theirs);
+        let policy = policy(&call, has_verify, task_start.is_some(), &accepts);
+        let now = lease::completed_now(
+            &store,
+            &call.key,
+            call.scope.as_deref(),
+            &call.args,
+            &policy,
+        );
+        if let Some(Acquired::Completed(record)) = now {
+            let span = telemetry.span();
+            let out = telemetry::in_span(&span, || {
+                replayed(&call, &ops, &record, &slot, &mut telemetry)
+            });
+            return Execution::Done(core::future::ready(out));
+        }
+    }
+    let decision = Decide {
+        call,
+        ops,
+        unknown_if,
+        has_verify,
+        slot,
+        task_start,
+        store,
+    };
+    Execution::Running(Box::pin(run(decision, attempt, telemetry)))
+}
+
+/// The full path of a call [`start`] could not decide, inside the call's span.
+async fn run<T, E, A, F>(
+    decision: Decide<T, E>,
+    attempt: A,
+    mut telemetry: CallTelemetry,
+) -> Result<T, E>
+where
+    A: FnOnce() -> F,
+    F: Future,
+    F::Output: Into<Attempt<T, E>>,
+{
     let span = telemetry.span();
-    telemetry::instrument(
-        span,
-        decide(call, ops, attempt, unknown_if, has_verify, &mut telemetry),
-    )
-    .await
+    telemetry::instrument(span, decide(decision, attempt, &mut telemetry)).await
 }
 
 /// The engine's refusal `e` as the tool's error, counted and reported.
@@ -602,15 +679,43 @@ fn failed<T, E>(
     (ops.contract_error)(e)
 }
 
-/// Everything up to the body: the journal, the approval gate, the lease (or a replay, or
-/// a refusal). Whatever only an executed call needs is in [`run_held`], on the heap, so
-/// that this future (which every replay builds and moves) stays small.
-async fn decide<T, E, A, F>(
-    call: Result<Call, Error>,
+/// A completed record's result as this call's answer, reported and counted as a replay.
+fn replayed<T, E>(
+    call: &Call,
+    ops: &Ops<T, E>,
+    record: &Record,
+    slot: &Option<ReportSlot>,
+    telemetry: &mut CallTelemetry,
+) -> Result<T, E> {
+    tracing::debug!(tool = call.spec.name, key = %call.key, decision = "replayed", "tool-contracts: replayed stored result");
+    report(slot, |r| r.outcome = Some(Outcome::Replayed));
+    telemetry.decided(Decision::Replayed);
+    replay(call, ops, record).map_err(|e| match e {
+        Replayed::Contract(e) => failed(telemetry, slot, ops, e),
+        Replayed::Tool(e) => {
+            telemetry.error(telemetry::TOOL_ERROR);
+            e
+        }
+    })
+}
+
+/// A call on the full path (not answered from memory by [`start`]), with what `start` took
+/// from its task: the registry's report slot and the MCP task start.
+struct Decide<T, E> {
+    call: Call,
     ops: Ops<T, E>,
-    attempt: A,
     unknown_if: Option<fn(&E) -> bool>,
     has_verify: bool,
+    slot: Option<ReportSlot>,
+    task_start: Option<TaskStart>,
+    store: Arc<dyn Store>,
+}
+
+/// Everything up to the body: the journal, the approval gate, the lease (or a replay, or
+/// a refusal). Whatever only an executed call needs is in [`run_held`], on the heap.
+async fn decide<T, E, A, F>(
+    decision: Decide<T, E>,
+    attempt: A,
     telemetry: &mut CallTelemetry,
 ) -> Result<T, E>
 where
@@ -618,23 +723,19 @@ where
     F: Future,
     F::Output: Into<Attempt<T, E>>,
 {
-    let slot = take_report();
-    let task_start = take_task_start();
-    let call = match call {
-        Ok(call) => call,
-        Err(e) => {
-            telemetry.decided(Decision::Rejected);
-            return Err(failed(telemetry, &slot, &ops, e));
-        }
-    };
-    telemetry.key(&call.key);
-    report(&slot, |r| r.key = Some(call.key.clone()));
+    let Decide {
+        call,
+        ops,
+        unknown_if,
+        has_verify,
+        slot,
+        task_start,
+        store,
+    } = decision;
     if let Err(e) = ambient::journal_call(call.spec, &call.key).await {
         telemetry.decided(Decision::Rejected);
         return Err(failed(telemetry, &slot, &ops, e));
     }
-    let spec = call.spec;
-    let store = ambient::current_store();
     if call.approval {
         // Boxed: a large future that only tools needing approval await.
         if let Some(e) = Box::pin(approval_gate(&call, &store)).await {
@@ -651,16 +752,7 @@ where
             lease
         }
         Err(Settled::Replay(record)) => {
-            tracing::debug!(tool = spec.name, key = %call.key, decision = "replayed", "tool-contracts: replayed stored result");
-            report(&slot, |r| r.outcome = Some(Outcome::Replayed));
-            telemetry.decided(Decision::Replayed);
-            return replay(&call, &ops, &record).map_err(|e| match e {
-                Replayed::Contract(e) => failed(telemetry, &slot, &ops, e),
-                Replayed::Tool(e) => {
-                    telemetry.error(telemetry::TOOL_ERROR);
-                    e
-                }
-            });
+            return replayed(&call, &ops, &record, &slot, telemetry);
         }
         Err(Settled::Refused(e)) => {
             telemetry.decided(match e {
@@ -830,19 +922,11 @@ async fn acquire(
 ) -> Result<Lease, Settled> {
     let spec = call.spec;
     let accepts = |theirs: &str| call.accepts(theirs);
-    let policy = Policy {
-        on_busy: match spec.concurrent {
-            _ if task_start => OnBusy::Report,
-            Concurrent::Reject => OnBusy::Report,
-            Concurrent::Wait => OnBusy::Wait {
-                max: Some(spec.max_wait),
-            },
-        },
-        take_over: has_verify || spec.on_unknown == OnUnknown::Rerun,
-        accepts: &accepts,
-    };
+    let policy = policy(call, has_verify, task_start, &accepts);
     // A completed key the store answers from memory needs no claim (and, holding these
-    // very arguments, no fingerprint).
+    // very arguments, no fingerprint). `start` asked this already, but a record it could not
+    // replay (other arguments, under `payload_mismatch`) is decided here, and a record may
+    // have appeared since.
     let now = lease::completed_now(store, &call.key, call.scope.as_deref(), &call.args, &policy);
     let acquired = match now {
         Some(acquired) => acquired,
@@ -897,6 +981,28 @@ async fn acquire(
                 key: call.key.clone(),
             }))
         }
+    }
+}
+
+/// How a call claims its key: what it does when the key is busy, whether it takes over
+/// an abandoned claim, and which holders' fingerprints it accepts (`accepts`).
+fn policy<'a>(
+    call: &Call,
+    has_verify: bool,
+    task_start: bool,
+    accepts: &'a (dyn Fn(&str) -> bool + Sync),
+) -> Policy<'a> {
+    let spec = call.spec;
+    Policy {
+        on_busy: match spec.concurrent {
+            _ if task_start => OnBusy::Report,
+            Concurrent::Reject => OnBusy::Report,
+            Concurrent::Wait => OnBusy::Wait {
+                max: Some(spec.max_wait),
+            },
+        },
+        take_over: has_verify || spec.on_unknown == OnUnknown::Rerun,
+        accepts,
     }
 }
 

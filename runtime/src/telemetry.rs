@@ -51,6 +51,13 @@ pub(crate) fn instrument<F: Future>(
     tracing::Instrument::instrument(future, span)
 }
 
+/// Runs `f` inside `span` (entered for its duration): the synchronous counterpart of
+/// [`instrument`].
+#[cfg(feature = "otel")]
+pub(crate) fn in_span<R>(span: &tracing::Span, f: impl FnOnce() -> R) -> R {
+    span.in_scope(f)
+}
+
 #[cfg(not(feature = "otel"))]
 pub(crate) use off::{measured, CallTelemetry, LeaseHeld, RegistryCall, StepTelemetry};
 
@@ -59,6 +66,12 @@ pub(crate) use off::{measured, CallTelemetry, LeaseHeld, RegistryCall, StepTelem
 #[inline(always)]
 pub(crate) fn instrument<F: Future>(_: off::NoSpan, future: F) -> F {
     future
+}
+
+#[cfg(not(feature = "otel"))]
+#[inline(always)]
+pub(crate) fn in_span<R>(_: &off::NoSpan, f: impl FnOnce() -> R) -> R {
+    f()
 }
 
 #[cfg(not(feature = "otel"))]
