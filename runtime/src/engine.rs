@@ -622,22 +622,25 @@ where
     telemetry.key(&call.key);
     report(&slot, |r| r.key = Some(call.key.clone()));
     let store = ambient::current_store();
+    let mut memory = Memory::NotAsked;
     if !call.approval && !ambient::journaling() {
         let accepts = |theirs: &str| call.accepts(theirs);
         let policy = policy(&call, has_verify, task_start.is_some(), &accepts);
-        let now = lease::completed_now(
+        match lease::completed_now(
             &store,
             &call.key,
             call.scope.as_deref(),
             &call.args,
             &policy,
-        );
-        if let Some(Acquired::Completed(record)) = now {
-            let span = telemetry.span();
-            let out = telemetry::in_span(&span, || {
-                replayed(&call, &ops, &record, &slot, &mut telemetry)
-            });
-            return Execution::Done(core::future::ready(out));
+        ) {
+            Some(Acquired::Completed(record)) => {
+                let span = telemetry.span();
+                let out = telemetry::in_span(&span, || {
+                    replayed(&call, &ops, &record, &slot, &mut telemetry)
+                });
+                return Execution::Done(core::future::ready(out));
+            }
+            answer => memory = Memory::Answered(answer),
         }
     }
     let decision = Decide {
@@ -648,6 +651,7 @@ where
         slot,
         task_start,
         store,
+        memory,
     };
     Execution::Running(Box::pin(run(decision, attempt, telemetry)))
 }
@@ -709,6 +713,19 @@ struct Decide<T, E> {
     slot: Option<ReportSlot>,
     task_start: Option<TaskStart>,
     store: Arc<dyn Store>,
+    /// What [`start`] learned from the store's memory, if it asked.
+    memory: Memory,
+}
+
+/// Whether [`start`] asked the store for a completed record in memory
+/// ([`lease::completed_now`]), and its answer when it could not replay it: the claim then
+/// uses that answer rather than asking again, so a call asks once (a near cache counts
+/// each hit, and the `otel` wrapper times each lookup).
+enum Memory {
+    /// Not asked (a journaled call, or one awaiting approval, asks when it claims).
+    NotAsked,
+    /// Nothing there, or a record of other arguments.
+    Answered(Option<Acquired>),
 }
 
 /// Everything up to the body: the journal, the approval gate, the lease (or a replay, or
@@ -731,6 +748,7 @@ where
         slot,
         task_start,
         store,
+        memory,
     } = decision;
     if let Err(e) = ambient::journal_call(call.spec, &call.key).await {
         telemetry.decided(Decision::Rejected);
@@ -743,7 +761,7 @@ where
             return Err(failed(telemetry, &slot, &ops, e));
         }
     }
-    let lease = match acquire(&call, &store, has_verify, task_start.is_some()).await {
+    let lease = match acquire(&call, &store, has_verify, task_start.is_some(), memory).await {
         Ok(lease) => {
             if let Some(start) = task_start {
                 // Nobody listening: the server answered already (the call ended first).
@@ -919,15 +937,20 @@ async fn acquire(
     store: &Arc<dyn Store>,
     has_verify: bool,
     task_start: bool,
+    memory: Memory,
 ) -> Result<Lease, Settled> {
     let spec = call.spec;
     let accepts = |theirs: &str| call.accepts(theirs);
     let policy = policy(call, has_verify, task_start, &accepts);
     // A completed key the store answers from memory needs no claim (and, holding these
-    // very arguments, no fingerprint). `start` asked this already, but a record it could not
-    // replay (other arguments, under `payload_mismatch`) is decided here, and a record may
-    // have appeared since.
-    let now = lease::completed_now(store, &call.key, call.scope.as_deref(), &call.args, &policy);
+    // very arguments, no fingerprint); `start` asked already unless the call is journaled
+    // or awaited approval (the store may hold the record by now).
+    let now = match memory {
+        Memory::Answered(now) => now,
+        Memory::NotAsked => {
+            lease::completed_now(store, &call.key, call.scope.as_deref(), &call.args, &policy)
+        }
+    };
     let acquired = match now {
         Some(acquired) => acquired,
         // Boxed: the claim loop's future is large, and a replay answered above skips it.
