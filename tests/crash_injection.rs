@@ -72,14 +72,24 @@ fn env_path(var: &str) -> PathBuf {
     PathBuf::from(std::env::var(var).unwrap_or_default())
 }
 
-/// Appends `line` with one `write` to a file opened with `O_APPEND`: lines never interleave
-/// and a SIGKILL leaves a line whole or absent.
+/// Appends `line` with one `write` to a file opened with `O_APPEND`, so lines never
+/// interleave, framed as `\n{line};\n`: a SIGKILL can cut a write short where it crosses a
+/// page of the page cache (seen once in this test: a `done` line cut after 67 bytes, the
+/// next `ready` appended to it), and the framing leaves such a torn line on a line of its
+/// own, without its `;`, where [`complete_lines`] skips it. A torn ledger line is an
+/// effect whose write failed: it did not happen.
 fn append_line(path: &Path, line: &str) -> std::io::Result<()> {
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(path)?;
-    f.write_all(format!("{line}\n").as_bytes())
+    f.write_all(format!("\n{line};\n").as_bytes())
+}
+
+/// The lines [`append_line`] wrote whole, without their `;`: blank lines (the framing) and
+/// torn ones (cut short by a kill, or still being written) are skipped.
+fn complete_lines(text: &str) -> impl Iterator<Item = &str> {
+    text.split('\n').filter_map(|line| line.strip_suffix(';'))
 }
 
 static EXECUTION: AtomicU64 = AtomicU64::new(0);
@@ -111,11 +121,23 @@ async fn effect(kind: &str, intent: u64) -> Result<String, ToolError> {
     Ok(format!("{kind}{intent}@{tag}"))
 }
 
+/// A line cut short by a kill (the torn `done` line of a real run, with the next process's
+/// `ready` appended after it) is skipped; the lines around it are read whole.
+#[test]
+fn a_torn_line_is_skipped_and_its_neighbours_read() {
+    let text =
+        "\nready;\n\nstart 303;\n\ndone {\"intent\":303,\"plain\":{\nready;\n\nstart 9;\n\nstart 1";
+    assert_eq!(
+        complete_lines(text).collect::<Vec<_>>(),
+        ["ready", "start 303", "ready", "start 9"]
+    );
+}
+
 /// Ledger lines, `(kind, intent) -> tags` in order.
 fn read_ledger(path: &Path) -> BTreeMap<(String, u64), Vec<String>> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let mut out: BTreeMap<(String, u64), Vec<String>> = BTreeMap::new();
-    for line in text.lines() {
+    for line in complete_lines(&text) {
         let mut parts = line.split(' ');
         let (Some(kind), Some(intent), Some(tag)) = (parts.next(), parts.next(), parts.next())
         else {
@@ -515,7 +537,7 @@ impl Campaign {
         let out = self.dir.join(format!("{role}-{}.out", now_nanos()));
         self.run_into(role, &out, from, to);
         let text = std::fs::read_to_string(&out).unwrap_or_default();
-        text.lines().map(str::to_owned).collect()
+        complete_lines(&text).map(str::to_owned).collect()
     }
 
     /// Runs a child to completion, appending to `out`.
@@ -551,7 +573,7 @@ impl Progress {
             return 0;
         };
         let mut ready = 0;
-        for line in new[..end].lines() {
+        for line in complete_lines(&new[..end]) {
             if line == "ready" {
                 ready += 1;
             } else if let Some(n) = line.strip_prefix("start ") {
