@@ -73,23 +73,28 @@ fn env_path(var: &str) -> PathBuf {
 }
 
 /// Appends `line` with one `write` to a file opened with `O_APPEND`, so lines never
-/// interleave, framed as `\n{line};\n`: a SIGKILL can cut a write short where it crosses a
-/// page of the page cache (seen once in this test: a `done` line cut after 67 bytes, the
-/// next `ready` appended to it), and the framing leaves such a torn line on a line of its
-/// own, without its `;`, where [`complete_lines`] skips it. A torn ledger line is an
-/// effect whose write failed: it did not happen.
+/// interleave, framed as `\n{line}\u{1e}\n`: a SIGKILL can cut a write short where it
+/// crosses a page of the page cache (seen once in this test: a `done` line cut after 67
+/// bytes, the next `ready` appended to it), and the framing leaves such a torn line on a
+/// line of its own, without its end mark, where [`complete_lines`] skips it. The mark is
+/// the record separator U+001E, which no line can hold: `serde_json` escapes control
+/// characters inside strings, and ledger lines are `kind intent tag`. A torn ledger line is
+/// an effect whose write failed: it did not happen.
 fn append_line(path: &Path, line: &str) -> std::io::Result<()> {
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(path)?;
-    f.write_all(format!("\n{line};\n").as_bytes())
+    f.write_all(format!("\n{line}{END}\n").as_bytes())
 }
 
-/// The lines [`append_line`] wrote whole, without their `;`: blank lines (the framing) and
-/// torn ones (cut short by a kill, or still being written) are skipped.
+/// The end mark of a whole line (see [`append_line`]).
+const END: char = '\u{1e}';
+
+/// The lines [`append_line`] wrote whole, without their end mark: blank lines (the framing)
+/// and torn ones (cut short by a kill, or still being written) are skipped.
 fn complete_lines(text: &str) -> impl Iterator<Item = &str> {
-    text.split('\n').filter_map(|line| line.strip_suffix(';'))
+    text.split('\n').filter_map(|line| line.strip_suffix(END))
 }
 
 static EXECUTION: AtomicU64 = AtomicU64::new(0);
@@ -122,15 +127,26 @@ async fn effect(kind: &str, intent: u64) -> Result<String, ToolError> {
 }
 
 /// A line cut short by a kill (the torn `done` line of a real run, with the next process's
-/// `ready` appended after it) is skipped; the lines around it are read whole.
+/// `ready` appended after it) is skipped, as is one cut right after a `;` of an error
+/// message inside its JSON; the lines around them are read whole.
 #[test]
 fn a_torn_line_is_skipped_and_its_neighbours_read() {
-    let text =
-        "\nready;\n\nstart 303;\n\ndone {\"intent\":303,\"plain\":{\nready;\n\nstart 9;\n\nstart 1";
+    let e = END;
+    let text = format!(
+        "\nready{e}\n\nstart 303{e}\n\ndone {{\"intent\":303,\"plain\":{{\nready{e}\n\ndone {{\"intent\":4,\"plain\":{{\"Err\":\"in progress;\nstart 9{e}\n\nstart 1"
+    );
     assert_eq!(
-        complete_lines(text).collect::<Vec<_>>(),
+        complete_lines(&text).collect::<Vec<_>>(),
         ["ready", "start 303", "ready", "start 9"]
     );
+    // What `append_line` writes is read back whole, `;` and all.
+    let line = r#"done {"intent":4,"plain":{"Err":"in progress; retry"}}"#;
+    let framed = format!("\n{line}{e}\n");
+    assert_eq!(complete_lines(&framed).collect::<Vec<_>>(), [line]);
+    // serde_json never writes the end mark raw.
+    assert!(!serde_json::to_string(&format!("a{e}b"))
+        .unwrap()
+        .contains(e));
 }
 
 /// Ledger lines, `(kind, intent) -> tags` in order.

@@ -534,6 +534,11 @@ pub fn reconciling() -> bool {
 /// A plain `fn` with no bounds on `T` and `E` (everything it needs from them is in
 /// `ops`): an `async fn` with `T: Serialize` in its where-clause would report every
 /// missing bound a second time, at the generated call.
+///
+/// It reads the task's scope (store, report slot, MCP task start, run journal) when called,
+/// not when first polled: a replay from memory is decided right here. The generated code
+/// calls it inside the tool's own `async fn` and awaits it at once, so both happen in the
+/// same poll and the same scope.
 #[doc(hidden)]
 pub fn execute<T, E, B, F>(
     call: Result<Call, Error>,
@@ -606,8 +611,8 @@ where
     F: Future,
     F::Output: Into<Attempt<T, E>>,
 {
-    // Feature `otel`: the call's span, entered around everything below, and on drop its
-    // count and duration. Without it, zero-sized and free.
+    // Feature `otel`: the call's span (entered around a replay decided here, and around the
+    // full path), and on drop its count and duration. Without it, zero-sized and free.
     let mut telemetry = CallTelemetry::start(call.as_ref().map(|call| call.spec.name));
     let slot = take_report();
     let task_start = take_task_start();
