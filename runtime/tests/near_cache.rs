@@ -61,6 +61,9 @@ struct Skewed {
     inner: MemoryStore,
     ahead: bool,
     offset: Duration,
+    /// How far behind its read `observe`'s `now` is, beyond `offset`: a store whose clock
+    /// counts whole milliseconds reports up to 1 ms less than the instant it read.
+    now_behind: Duration,
 }
 
 impl Skewed {
@@ -131,11 +134,10 @@ impl Store for Skewed {
         Ok(self.inner.lookup(key).await?.map(|r| self.record(r)))
     }
     async fn observe(&self, key: &str) -> StoreResult<Option<Observed>> {
-        Ok(self
-            .inner
-            .observe(key)
-            .await?
-            .map(|seen| Observed::new(self.record(seen.record), self.shift(seen.now))))
+        Ok(self.inner.observe(key).await?.map(|seen| {
+            let now = self.shift(seen.now) - self.now_behind;
+            Observed::new(self.record(seen.record), now)
+        }))
     }
     async fn pending(&self, limit: usize) -> StoreResult<Vec<Record>> {
         let pending = self.inner.pending(limit).await?;
@@ -165,6 +167,7 @@ fn skewed(ahead: bool) -> Arc<Skewed> {
         inner: MemoryStore::new(),
         ahead,
         offset: Duration::from_secs(3600),
+        now_behind: Duration::ZERO,
     })
 }
 
@@ -185,6 +188,48 @@ async fn copies_serve_until_the_expiry_of_a_store_whose_clock_runs_behind() {
     let p = conformance::unique("behind");
     conformance::near_cache_never_serves_past_the_stores_expiry(skewed(false), &p).await;
     conformance::run_all_near_cached(skewed(false), &p).await;
+}
+
+/// A store whose clock counts whole milliseconds (Redis's scripts floor `TIME`) reports a
+/// `now` up to 1 ms behind the instant of its read, so a deadline counted from it could end
+/// up to 1 ms past the store's expiry: the cache takes that millisecond off. Claimed the
+/// moment the store counts the key expired, no copy is served. (Before the margin, Redis
+/// Cluster's conformance run in CI served a copy in that last millisecond; with the margin
+/// set to zero this test fails on its first round.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_ends_before_the_expiry_of_a_store_that_counts_whole_milliseconds() {
+    let store = Arc::new(Skewed {
+        inner: MemoryStore::new(),
+        ahead: true,
+        offset: Duration::ZERO,
+        now_behind: Duration::from_micros(999),
+    });
+    let near = NearCache::new(Arc::clone(&store));
+    for round in 0..20 {
+        let key = format!("whole-ms-{round}");
+        complete(&near, &key, "\"ms\"", Duration::from_millis(40)).await;
+        // The first claim reads the key with `observe` and keeps a copy; the second is
+        // served from it.
+        let hits = near.hits();
+        for _ in 0..2 {
+            let outcome = near.claim(req(&key)).await.unwrap();
+            assert_eq!(result_of(&outcome), Some("\"ms\""));
+        }
+        assert_eq!(near.hits(), hits + 1, "the copy was kept and served");
+        // Wait, by the store's own count, for the key's expiry; then claim at once.
+        loop {
+            let seen = store.inner.observe(&key).await.unwrap().unwrap();
+            if seen.record.expires_at <= seen.now {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        let outcome = near.claim(req(&key)).await.unwrap();
+        assert!(
+            matches!(outcome, ClaimOutcome::Acquired { .. }),
+            "round {round}: a copy was served after the store's expiry: {outcome:?}"
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------

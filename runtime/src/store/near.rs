@@ -11,8 +11,9 @@
 //! - **Never past the store's expiry.** A copy is served until a deadline on this process's
 //!   monotonic clock: the instant *before* the read was sent, plus the time the record had
 //!   left by the store's own clock at that read (`expires_at - now` of one
-//!   [`Store::observe`]). The worker's wall clock never enters, so a worker whose clock
-//!   runs ahead or behind the server's neither keeps a copy too long nor drops it early.
+//!   [`Store::observe`]), less 1 ms (the stores' clock resolution) and 0.1% of it (the
+//!   clocks' rates). The worker's wall clock never enters, so a worker whose clock runs
+//!   ahead or behind the server's neither keeps a copy too long nor drops it early.
 //!   `max_age` bounds it further.
 //! - **Scope-exact.** A copy is served only to a claim of the same key *and* the scope the
 //!   record was made in; any other claim goes to the store.
@@ -44,6 +45,16 @@ use super::{
     Resolution, ResolveRequest, Store, StoreResult,
 };
 
+/// Taken off every copy's time left: the resolution of the stores' clocks. Redis's
+/// scripts count whole milliseconds (`TIME` floored), so a read's `now` can lie up to 1 ms
+/// behind the instant it was taken, and a deadline counted from it up to 1 ms past the
+/// store's expiry (seen once in CI: a copy served in that last millisecond).
+const CLOCK_MARGIN: Duration = Duration::from_millis(1);
+
+/// And a thousandth of the time left (1,000 ppm): the most this process's monotonic clock
+/// and the store's clock may differ in rate (NTP slews a clock by at most 500 ppm).
+const RATE_MARGIN_DIVISOR: u32 = 1_000;
+
 /// The default of [`NearCacheBuilder::max_entries`].
 pub const DEFAULT_NEAR_CACHE_ENTRIES: usize = 10_000;
 
@@ -62,8 +73,9 @@ const ENTRY_OVERHEAD: u64 =
 /// - Only completed records are kept; in progress and abandoned answers never are.
 /// - A copy is served until the record's expiry **by the store's clock**: a deadline on this
 ///   process's monotonic clock, from the instant before a [`Store::observe`] was sent plus
-///   `expires_at - now` of that read (never the worker's wall clock), and at most
-///   [`max_age`](NearCacheBuilder::max_age) after it.
+///   `expires_at - now` of that read less 1 ms and 0.1% (the clocks' resolution and rates;
+///   never the worker's wall clock), and at most [`max_age`](NearCacheBuilder::max_age)
+///   after it.
 /// - A copy is served only to a claim of its key in the scope its record was made in.
 /// - At most [`max_entries`](NearCacheBuilder::max_entries) keys and
 ///   [`max_bytes`](NearCacheBuilder::max_bytes) are kept (quick_cache's S3-FIFO eviction).
@@ -364,8 +376,10 @@ impl<S: Store> NearCache<S> {
         if record.key != req.key || record.scope.as_deref() != req.scope {
             return None;
         }
-        // What the record has left by the store's clock, at the store's read.
+        // What the record has left by the store's clock, at the store's read, less a
+        // margin for the two clocks (`CLOCK_MARGIN`, `RATE_MARGIN_DIVISOR`).
         let left = record.expires_at.duration_since(seen.now).ok()?;
+        let left = left.saturating_sub(CLOCK_MARGIN + left / RATE_MARGIN_DIVISOR);
         let left = match self.max_age {
             Some(max_age) => left.min(max_age),
             None => left,
