@@ -6,7 +6,8 @@
 //! `valgrind --tool=callgrind target/release/examples/replay_profile replay 10000`
 //! (or `bare`, `registry`, `first`, `key` (the 3-field key of `key_derivation` alone),
 //! `sizes` (the size of a call's future, which each `.await` moves); `redis` replays from
-//! a `RedisStore` at `TOOL_CONTRACTS_REDIS_URL`, key prefix `tcprofile:`). `redis-conc C` replays 1,000
+//! a `RedisStore` at `TOOL_CONTRACTS_REDIS_URL`, key prefix `tcprofile:`; `sqlite-first` first
+//! calls on a `SqliteStore` in a scratch directory, for `strace -c -f`). `redis-conc C` replays 1,000
 //! completed keys from `RedisStore` with C concurrent tasks on a 2-worker runtime for five
 //! seconds and prints the rate (for `perf`, which sees the kernel's side too).
 
@@ -101,6 +102,13 @@ fn main() {
                 .connect(),
         );
         Arc::new(redis.expect("RedisStore"))
+    } else if what == "sqlite-first" {
+        // First calls on a `SqliteStore` in a scratch directory (for `strace -c -f`: the
+        // writes and fsyncs of a first call).
+        let dir = std::env::temp_dir().join(format!("tc-profile-sqlite-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("scratch dir");
+        let sqlite = rt.block_on(tool_contracts::store::SqliteStore::open(dir.join("p.db")));
+        Arc::new(sqlite.expect("SqliteStore"))
     } else {
         Arc::new(MemoryStore::new())
     };
@@ -125,7 +133,7 @@ fn main() {
                     k.field("user_id", &black_box(7_u64)).ok();
                     black_box(k.finish(None, "create_order", 1));
                 }
-                "first" => {
+                "first" | "sqlite-first" => {
                     black_box(create_order(black_box(1000 + i), cart("c-42"), "gift".into()).await.ok());
                 }
                 _ => {
