@@ -4,7 +4,8 @@
 //!
 //! Every variant builds the same arguments (a `Cart` with a `String` id and one item, a
 //! `String` note) on each iteration, through `black_box` (`args`), so the argument
-//! allocations are made in every variant and cancel out of the ratios.
+//! allocations are made in every variant and cancel out of the ratios; the registry
+//! variant builds them as the `serde_json::Value` a registry caller hands over.
 //! Async variants run N calls inside one `block_on` (criterion's `iter_custom`), so the
 //! executor's entry cost is not counted per call.
 //!

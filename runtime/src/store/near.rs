@@ -341,7 +341,8 @@ impl<S: Store> NearCache<S> {
             return Ok(None);
         };
         // Taken before the read is sent: the store read its clock at or after this
-        // instant, so a deadline counted from here ends no later than the store's expiry.
+        // instant, so a deadline counted from here, less the margin `copy_of` takes for the
+        // store clock's resolution and rate, ends no later than the store's expiry.
         let sent = Instant::now();
         let observed = self.inner.observe(req.key).await?;
         let copy = observed.and_then(|seen| self.copy_of(req, seen, sent));
