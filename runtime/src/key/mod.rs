@@ -198,10 +198,9 @@ pub enum KeyFieldError {
 /// ```
 #[derive(Debug, Clone)]
 pub struct KeyBuilder {
-    /// The canonical document written so far (up to the last field).
-    doc: Vec<u8>,
-    /// Reusable buffers of the object encoder.
-    scratch: Scratch,
+    /// The document written so far (up to the last field) and the object encoder's
+    /// buffers, taken from this thread's spare and given back by `finish`.
+    bufs: Box<Spare>,
     /// Number of fields written.
     fields: usize,
     /// Last field path, to check the caller's ordering.
@@ -213,19 +212,23 @@ impl KeyBuilder {
     /// Starts a key document for `contract` (e.g. [`TOOL_KEY_CONTRACT`]).
     #[must_use]
     pub fn new(contract: &str) -> Self {
-        let Spare { mut doc, scratch } = SPARE.try_with(Cell::take).unwrap_or_default();
+        let mut bufs = SPARE
+            .try_with(Cell::take)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        let doc = &mut bufs.doc;
         doc.clear();
         doc.reserve(160 + contract.len());
         if contract == TOOL_KEY_CONTRACT {
             doc.extend_from_slice(TOOL_KEY_HEADER.as_bytes());
         } else {
             doc.extend_from_slice(b"{\"contract\":");
-            write_str(&mut doc, contract);
+            write_str(doc, contract);
             doc.extend_from_slice(b",\"fields\":{");
         }
         KeyBuilder {
-            doc,
-            scratch,
+            bufs,
             fields: 0,
             #[cfg(debug_assertions)]
             last_path: None,
@@ -256,21 +259,22 @@ impl KeyBuilder {
                 );
             }
         }
-        let mark = self.doc.len();
+        let Spare { doc, scratch } = &mut *self.bufs;
+        let mark = doc.len();
         if self.fields > 0 {
-            self.doc.push(b',');
+            doc.push(b',');
         }
-        write_str(&mut self.doc, path);
-        self.doc.push(b':');
-        let value_start = self.doc.len();
-        if let Err(source) = write_canonical_with(value, &mut self.doc, &mut self.scratch, true) {
-            self.doc.truncate(mark);
+        write_str(doc, path);
+        doc.push(b':');
+        let value_start = doc.len();
+        if let Err(source) = write_canonical_with(value, doc, scratch, true) {
+            doc.truncate(mark);
             return Err(KeyFieldError::Encode {
                 field: path.to_owned(),
                 source,
             });
         }
-        let found = match self.doc.get(value_start..) {
+        let found = match doc.get(value_start..) {
             Some(b"null") => Some("null"),
             Some(b"\"\"") => Some("an empty string"),
             Some(b"[]") => Some("an empty array"),
@@ -278,7 +282,7 @@ impl KeyBuilder {
             _ => None,
         };
         if let Some(found) = found {
-            self.doc.truncate(mark);
+            doc.truncate(mark);
             return Err(KeyFieldError::Empty {
                 field: path.to_owned(),
                 found,
@@ -300,7 +304,7 @@ impl KeyBuilder {
         value: &T,
         out: &mut Vec<u8>,
     ) -> Result<(), CanonicalError> {
-        write_canonical_with(value, out, &mut self.scratch, false)
+        write_canonical_with(value, out, &mut self.bufs.scratch, false)
     }
 
     /// Returns the 64-char lowercase hex key.
@@ -308,9 +312,8 @@ impl KeyBuilder {
     pub fn finish(mut self, scope: Option<&str>, tool: &str, version: u32) -> String {
         self.close_document(scope, tool, version);
         let mut key = String::with_capacity(64);
-        push_hex(&mut key, &Sha256::digest(&self.doc));
-        let KeyBuilder { doc, scratch, .. } = self;
-        Spare { doc, scratch }.keep();
+        push_hex(&mut key, &Sha256::digest(&self.bufs.doc));
+        Spare::keep(self.bufs);
         key
     }
 
@@ -318,18 +321,14 @@ impl KeyBuilder {
     #[must_use]
     pub fn finish_document(mut self, scope: Option<&str>, tool: &str, version: u32) -> Vec<u8> {
         self.close_document(scope, tool, version);
-        let KeyBuilder { doc, scratch, .. } = self;
-        Spare {
-            doc: Vec::new(),
-            scratch,
-        }
-        .keep();
+        let doc = core::mem::take(&mut self.bufs.doc);
+        Spare::keep(self.bufs);
         doc
     }
 
     /// Appends the members after `fields` and closes the document.
     fn close_document(&mut self, scope: Option<&str>, tool: &str, version: u32) {
-        let doc = &mut self.doc;
+        let doc = &mut self.bufs.doc;
         doc.extend_from_slice(b"},\"scope\":");
         match scope {
             Some(scope) => write_str(doc, scope),
@@ -345,7 +344,12 @@ impl KeyBuilder {
 
 /// Buffers of a finished [`KeyBuilder`], kept for the next key built on the same thread so
 /// that a key costs no allocation for its document or scratch space once warm.
-#[derive(Debug, Default)]
+///
+/// Kept boxed: a builder takes and gives back one pointer, where moving the buffers
+/// themselves (four `Vec`s) in and out of the thread-local cost more than the rest of a
+/// short key's encoding (wide copies of words just written, which the CPU cannot forward
+/// from its store buffer).
+#[derive(Debug, Clone, Default)]
 struct Spare {
     doc: Vec<u8>,
     scratch: Scratch,
@@ -356,26 +360,21 @@ struct Spare {
 const SPARE_MAX_BYTES: usize = 64 * 1024;
 
 thread_local! {
-    static SPARE: Cell<Spare> = const {
-        Cell::new(Spare {
-            doc: Vec::new(),
-            scratch: Scratch::new(),
-        })
-    };
+    static SPARE: Cell<Option<Box<Spare>>> = const { Cell::new(None) };
 }
 
 impl Spare {
     /// Keeps these buffers for the next [`KeyBuilder::new`] on this thread (emptied; any
     /// buffer over [`SPARE_MAX_BYTES`] is dropped instead).
-    fn keep(mut self) {
-        let Spare { doc, scratch } = &mut self;
+    fn keep(mut bufs: Box<Spare>) {
+        let Spare { doc, scratch } = &mut *bufs;
         doc.clear();
         if doc.capacity() > SPARE_MAX_BYTES {
             *doc = Vec::new();
         }
         scratch.recycle(SPARE_MAX_BYTES);
         // During thread teardown there is nowhere to keep them: they are dropped.
-        let _ = SPARE.try_with(|spare| spare.set(self));
+        let _ = SPARE.try_with(|spare| spare.set(Some(bufs)));
     }
 }
 

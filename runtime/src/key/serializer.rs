@@ -58,22 +58,9 @@ pub(super) struct Scratch {
     keys: String,
     /// Copy of the members being reordered (used by one `close` at a time).
     body: Vec<u8>,
-    /// The key fields' number rule is on: floats of magnitude 2^53 or more are refused.
-    exact: bool,
 }
 
 impl Scratch {
-    /// Empty buffers, in a `const` context (the thread-local spare of a
-    /// [`KeyBuilder`](super::KeyBuilder)).
-    pub(super) const fn new() -> Self {
-        Scratch {
-            entries: Vec::new(),
-            keys: String::new(),
-            body: Vec::new(),
-            exact: false,
-        }
-    }
-
     /// Empties the buffers for reuse, dropping instead any whose capacity is over
     /// `max_bytes`.
     pub(super) fn recycle(&mut self, max_bytes: usize) {
@@ -102,12 +89,12 @@ pub(super) fn write_canonical_with<T: ?Sized + Serialize>(
     exact: bool,
 ) -> Result<(), CanonicalError> {
     let mark = out.len();
-    scratch.exact = exact;
     scratch.entries.clear();
     scratch.keys.clear();
     let result = value.serialize(Canonical {
         out: &mut *out,
         scratch,
+        exact,
     });
     if result.is_err() {
         out.truncate(mark);
@@ -123,6 +110,11 @@ pub(super) fn write_canonical_with<T: ?Sized + Serialize>(
 struct Canonical<'a> {
     out: &'a mut Vec<u8>,
     scratch: &'a mut Scratch,
+    /// The key fields' number rule is on: floats of magnitude 2^53 or more are refused.
+    /// Carried here rather than in [`Scratch`], which a `KeyBuilder` moves in and out of
+    /// its thread-local spare on every key: a `bool` at the end of a moved struct is
+    /// copied with a misaligned load that stalls on the byte store just before it.
+    exact: bool,
 }
 
 impl Canonical<'_> {
@@ -131,6 +123,7 @@ impl Canonical<'_> {
         Canonical {
             out: &mut *self.out,
             scratch: &mut *self.scratch,
+            exact: self.exact,
         }
     }
 }
@@ -183,7 +176,7 @@ impl<'a> ser::Serializer for Canonical<'a> {
     }
 
     fn serialize_f64(self, v: f64) -> Result<(), CanonicalError> {
-        check_exact(v, self.scratch.exact)?;
+        check_exact(v, self.exact)?;
         write_f64(self.out, v)
     }
 
@@ -431,7 +424,7 @@ impl<'a> ObjectWriter<'a> {
         key: KeyRef,
         value: &T,
     ) -> Result<(), CanonicalError> {
-        let Canonical { out, scratch } = &mut self.inner;
+        let Canonical { out, scratch, .. } = &mut self.inner;
         let depth = scratch.entries.len();
         let prefix = key_prefix(key_text(&scratch.keys, key));
         if depth > self.entries_base {
@@ -451,7 +444,7 @@ impl<'a> ObjectWriter<'a> {
         out.push(b':');
         let keys_len = scratch.keys.len();
         let result = value.serialize(self.inner.reborrow());
-        let Canonical { out, scratch } = &mut self.inner;
+        let Canonical { out, scratch, .. } = &mut self.inner;
         // Whatever a nested object left (it only does on error) is not this object's.
         scratch.entries.truncate(depth);
         scratch.keys.truncate(keys_len);
@@ -467,7 +460,7 @@ impl<'a> ObjectWriter<'a> {
 
     fn close(self) -> Result<(), CanonicalError> {
         let ObjectWriter {
-            inner: Canonical { out, scratch },
+            inner: Canonical { out, scratch, .. },
             body_start,
             entries_base,
             keys_base,
@@ -553,7 +546,7 @@ impl ser::SerializeStruct for StructWriter<'_> {
             StructWriter::Object(object) => object.member(KeyRef::Static(key), value),
             StructWriter::Number(inner) => {
                 let text = capture_string(value)?;
-                write_number_text(inner.out, &text, inner.scratch.exact)
+                write_number_text(inner.out, &text, inner.exact)
             }
             StructWriter::RawValue(inner) => {
                 let text = capture_string(value)?;
