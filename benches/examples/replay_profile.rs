@@ -93,6 +93,8 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
+    // The `sqlite-first` mode's scratch directory, removed when the calls are done.
+    let mut scratch = None;
     let store: Arc<dyn Store> = if what == "redis" {
         let url = std::env::var("TOOL_CONTRACTS_REDIS_URL").expect("TOOL_CONTRACTS_REDIS_URL");
         let redis = rt.block_on(
@@ -108,6 +110,7 @@ fn main() {
         let dir = std::env::temp_dir().join(format!("tc-profile-sqlite-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("scratch dir");
         let sqlite = rt.block_on(tool_contracts::store::SqliteStore::open(dir.join("p.db")));
+        scratch = Some(dir);
         Arc::new(sqlite.expect("SqliteStore"))
     } else {
         Arc::new(MemoryStore::new())
@@ -142,4 +145,8 @@ fn main() {
             }
         }
     }));
+    // The store (and its writer thread's connection) was dropped with the future above.
+    if let Some(dir) = scratch {
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
