@@ -345,10 +345,9 @@ impl KeyBuilder {
 /// Buffers of a finished [`KeyBuilder`], kept for the next key built on the same thread so
 /// that a key costs no allocation for its document or scratch space once warm.
 ///
-/// Kept boxed: a builder takes and gives back one pointer, where moving the buffers
-/// themselves (four `Vec`s) in and out of the thread-local cost more than the rest of a
-/// short key's encoding (wide copies of words just written, which the CPU cannot forward
-/// from its store buffer).
+/// Kept boxed: a builder takes and gives back one pointer. Moving the buffers themselves
+/// (four `Vec`s) in and out of the thread-local took about 9% of a short key's time, most
+/// of it stalled on wide copies of words just written (BENCHMARKS.md).
 #[derive(Debug, Clone, Default)]
 struct Spare {
     doc: Vec<u8>,

@@ -111,9 +111,8 @@ struct Canonical<'a> {
     out: &'a mut Vec<u8>,
     scratch: &'a mut Scratch,
     /// The key fields' number rule is on: floats of magnitude 2^53 or more are refused.
-    /// Carried here rather than in [`Scratch`], which a `KeyBuilder` moves in and out of
-    /// its thread-local spare on every key: a `bool` at the end of a moved struct is
-    /// copied with a misaligned load that stalls on the byte store just before it.
+    /// A setting of one write, so it travels with the serializer rather than with the
+    /// reused buffers of [`Scratch`].
     exact: bool,
 }
 
