@@ -5,7 +5,8 @@
 //! Every variant builds the same arguments (a `Cart` with a `String` id and one item, a
 //! `String` note) on each iteration, through `black_box` (`args`), so the argument
 //! allocations are made in every variant and cancel out of the ratios; the registry
-//! variant builds them as the `serde_json::Value` a registry caller hands over.
+//! variants build them as the `serde_json::Value` a registry caller hands over
+//! (`Registry::call`) or as the JSON text of a request body (`Registry::call_json`).
 //! Async variants run N calls inside one `block_on` (criterion's `iter_custom`), so the
 //! executor's entry cost is not counted per call.
 //!
@@ -108,11 +109,29 @@ fn bench(c: &mut Criterion) {
             start.elapsed()
         }))
     };
+    // The same call as JSON text (`Registry::call_json`: a request body, a message), built
+    // on each iteration as one `String`, as a body arrives in one buffer.
+    let registry_text_replay = |n: u64| {
+        rt.block_on(with_store(Arc::clone(&store), async move {
+            let start = Instant::now();
+            for _ in 0..n {
+                let args = black_box(String::from(
+                    r#"{"user_id":7,"cart":{"id":"c-42","items":["book"]},"note":"gift"}"#,
+                ));
+                let out = registry().call_json("create_order", &args).await;
+                black_box(out.expect("replay"));
+            }
+            start.elapsed()
+        }))
+    };
 
     let mut g = c.benchmark_group("call");
     g.bench_function("replay/ours_memory", |b| b.iter_custom(replay));
     g.bench_function("replay/ours_registry_json", |b| {
         b.iter_custom(registry_replay)
+    });
+    g.bench_function("replay/ours_registry_text", |b| {
+        b.iter_custom(registry_text_replay)
     });
     g.bench_function("replay/cached_hit", |b| {
         let _ = cached_create_order(7, cart("c-42"), "gift".into());
@@ -155,6 +174,11 @@ fn bench(c: &mut Criterion) {
     println!(
         "{}",
         r.line("call/replay/ours_registry_json / replay/ours_memory")
+    );
+    let r = common::paired::paired(rounds, batch, registry_text_replay, replay);
+    println!(
+        "{}",
+        r.line("call/replay/ours_registry_text / replay/ours_memory")
     );
 }
 

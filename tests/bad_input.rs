@@ -49,9 +49,25 @@ async fn refused(args: Value) -> Error {
     refused_in(None, args).await
 }
 
+///
+/// The same arguments as JSON text (`Registry::call_json`, which decodes them without a
+/// `Value`) must be refused with the same error, just as nothing ran or was claimed.
 async fn refused_in(scope: Option<&str>, args: Value) -> Error {
+    let text = serde_json::to_string(&args).unwrap();
+    let err = refused_as(scope, registry().call("never_order", args)).await;
+    let from_text = refused_as(scope, registry().call_json("never_order", &text)).await;
+    assert_eq!(
+        from_text, err,
+        "the text path refuses {text} as the Value path does"
+    );
+    err
+}
+
+async fn refused_as<T: std::fmt::Debug>(
+    scope: Option<&str>,
+    call: impl std::future::Future<Output = Result<tool_contracts::ToolOutput<T>, Error>>,
+) -> Error {
     let store = Arc::new(MemoryStore::new());
-    let call = registry().call("never_order", args);
     let result = match scope {
         Some(scope) => with_store(Arc::clone(&store), with_scope(scope, call)).await,
         None => with_store(Arc::clone(&store), call).await,
@@ -320,10 +336,41 @@ async fn json_nested_ten_thousand_deep_is_refused_without_overflowing_the_stack(
         args[slot] = nested_value(10_000);
         // Never cloned: `Value::clone` recurses (serde_json), and 10,000 levels overflow a
         // 2 MiB test thread's stack in a debug build. Dropping it inside the call is fine.
-        let err = refused(args).await;
+        // No text twin: its text is what the parser refuses (below).
+        let err = refused_as(None, registry().call("never_order", args)).await;
         let (field, _) = invalid(&err);
         assert!(field.is_some_and(|f| f.starts_with(slot)), "{slot}: {err}");
     }
+    figures::passed("bad_input");
+}
+
+#[tokio::test]
+async fn json_text_that_is_not_one_json_object_is_refused_naming_the_parser_error() {
+    // `Registry::call_json` (what the HTTP surface calls with a request body) parses the
+    // text itself: what serde_json refuses is refused before anything is claimed or run.
+    for (text, says) in [
+        (nested_text(10_000), "recursion limit exceeded"),
+        (
+            r#"{"user_id": 7, "cart": {"id": "\ud800", "items": []}, "note": ""}"#.to_owned(),
+            "escape",
+        ),
+        (r#"{"user_id": 7,"#.to_owned(), "EOF"),
+        (
+            r#"{"user_id": 7} trailing"#.to_owned(),
+            "trailing characters",
+        ),
+        (String::new(), "EOF"),
+    ] {
+        let err = refused_as(None, registry().call_json("never_order", &text)).await;
+        let (field, message) = invalid(&err);
+        assert_eq!(field, None, "{message}");
+        assert!(message.contains("the arguments are not JSON"), "{message}");
+        assert!(message.contains(says), "{message}");
+        assert!(message.contains("user_id, cart, note"), "{message}");
+    }
+    // 100 levels parse: the typed decoder names the field, as for a `Value`.
+    let err = refused_as(None, registry().call_json("never_order", &nested_text(100))).await;
+    assert_eq!(invalid(&err).0, Some("note"));
     figures::passed("bad_input");
 }
 

@@ -4,7 +4,7 @@
 //!
 //! `cargo build --release -p tool-contracts-benches --example replay_profile` then
 //! `valgrind --tool=callgrind target/release/examples/replay_profile replay 10000`
-//! (or `bare`, `registry`, `first`, `key` (the 3-field key of `key_derivation` alone),
+//! (or `bare`, `registry`, `registry-text` (`Registry::call_json`), `first`, `key` (the 3-field key of `key_derivation` alone),
 //! `sizes` (the size of a call's future, which each `.await` moves); `redis` replays from
 //! a `RedisStore` at `TOOL_CONTRACTS_REDIS_URL`, key prefix `tcprofile:`; `sqlite-first` first
 //! calls on a `SqliteStore` in a scratch directory, for `strace -c -f`). `redis-conc C` replays 1,000
@@ -127,6 +127,10 @@ fn main() {
                 "registry" => {
                     let args = json!({"user_id": 7, "cart": {"id": "c-42", "items": ["book"]}, "note": "gift"});
                     black_box(registry().call("create_order", args).await.ok());
+                }
+                "registry-text" => {
+                    let args = String::from(r#"{"user_id":7,"cart":{"id":"c-42","items":["book"]},"note":"gift"}"#);
+                    black_box(registry().call_json("create_order", black_box(&args)).await.ok());
                 }
                 "key" => {
                     // The 3-field intent of `benches/key_derivation.rs`.

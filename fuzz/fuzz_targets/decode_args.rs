@@ -1,5 +1,6 @@
 //! Arbitrary JSON arguments never panic the argument decoder or a registry call: a call
-//! either succeeds or fails with `Error::InvalidArguments`, and then nothing was claimed.
+//! either succeeds or fails with `Error::InvalidArguments`, and then nothing was claimed;
+//! the same bytes given as text (`Registry::call_json`) get the same answer.
 #![no_main]
 
 use std::collections::BTreeMap;
@@ -112,7 +113,7 @@ fuzz_target!(|data: &[u8]| {
         Arc::clone(&store),
         registry().call("fuzz_order", args.clone()),
     ));
-    match result {
+    match &result {
         Ok(out) => {
             assert_eq!(out.outcome, tool_contracts::Outcome::Executed);
             assert_eq!(
@@ -129,5 +130,21 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Err(e) = key {
         assert!(matches!(e, Error::InvalidArguments { .. }), "key(): {e:?}");
+    }
+
+    // The same bytes as JSON text (`call_json`, no `Value` built when its one-pass checks
+    // pass): the same answer, result or error, as the parsed `Value` gave.
+    if let Ok(text) = std::str::from_utf8(data) {
+        let store = Arc::new(MemoryStore::new());
+        let from_text = runtime().block_on(with_store(
+            Arc::clone(&store),
+            registry().call_json("fuzz_order", text),
+        ));
+        let from_text = from_text.map(|out| {
+            let value: Value = serde_json::from_str(&out.value).expect("call_json's result is JSON");
+            (value, out.key, out.outcome)
+        });
+        let from_value = result.map(|out| (out.value, out.key, out.outcome));
+        assert_eq!(from_text, from_value, "call_json and call disagree for {text}");
     }
 });

@@ -489,6 +489,7 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
     let value = private("__tc_value");
     let decoded = private("__tc_args");
     let result = private("__tc_result");
+    let text = private("__tc_text");
     let lifetime = Lifetime::new("'__tc", Span::mixed_site());
     let ok = c.ok;
     // The tool named with `mixed_site` hygiene: it resolves to the function item, never to
@@ -572,10 +573,11 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
     // `Send`, and that error should name the tool, not the attribute.
     let invoke_body = quote_spanned! {fn_name.span()=>
         ::std::boxed::Box::pin(async move {
-            let #decoded: #args = #p::decode_tool_args(&#spec, &#schema_cell, #input_schema, &#value)?;
+            let #text = #p::CallArgs::is_text(&#value);
+            let #decoded: #args = #p::decode_tool_input(&#spec, &#schema_cell, #input_schema, #value)?;
             #lets
             let #result = #fn_name(#(#call_args),*).await;
-            (&&#encoder(::core::cell::Cell::new(::core::option::Option::Some(#result)))).__tc_encode()
+            (&&#encoder(::core::cell::Cell::new(::core::option::Option::Some(#result)))).__tc_encode(#text)
         })
     };
 
@@ -591,8 +593,8 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
 
         fn #invoke<#lifetime>(
             #ctx: &#lifetime #p::Context,
-            #value: #p::serde_json::Value,
-        ) -> #p::BoxFuture<#lifetime, ::core::result::Result<#p::serde_json::Value, #p::Error>> {
+            #value: #p::CallArgs<#lifetime>,
+        ) -> #p::BoxFuture<#lifetime, ::core::result::Result<#p::CallResult, #p::Error>> {
             #invoke_body
         }
 
@@ -603,22 +605,22 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
         struct #encoder<T, E>(::core::cell::Cell<::core::option::Option<::core::result::Result<T, E>>>);
         #[allow(dead_code)]
         trait #encode_checked {
-            fn __tc_encode(&self) -> ::core::result::Result<#p::serde_json::Value, #p::Error>;
+            fn __tc_encode(&self, text: bool) -> ::core::result::Result<#p::CallResult, #p::Error>;
         }
         impl<T: #p::serde::Serialize, E: ::core::fmt::Display> #encode_checked for &#encoder<T, E> {
-            fn __tc_encode(&self) -> ::core::result::Result<#p::serde_json::Value, #p::Error> {
+            fn __tc_encode(&self, text: bool) -> ::core::result::Result<#p::CallResult, #p::Error> {
                 match self.0.take() {
-                    ::core::option::Option::Some(result) => #p::encode_result::<T, E>(&#spec, result),
+                    ::core::option::Option::Some(result) => #p::encode_result::<T, E>(&#spec, result, text),
                     ::core::option::Option::None => ::core::unreachable!(),
                 }
             }
         }
         #[allow(dead_code)]
         trait #encode_unchecked {
-            fn __tc_encode(&self) -> ::core::result::Result<#p::serde_json::Value, #p::Error>;
+            fn __tc_encode(&self, _: bool) -> ::core::result::Result<#p::CallResult, #p::Error>;
         }
         impl<T, E> #encode_unchecked for #encoder<T, E> {
-            fn __tc_encode(&self) -> ::core::result::Result<#p::serde_json::Value, #p::Error> {
+            fn __tc_encode(&self, _: bool) -> ::core::result::Result<#p::CallResult, #p::Error> {
                 // Only selected when the bounds above fail, which is already a
                 // compile error in the tool's body.
                 ::core::unreachable!()

@@ -14,7 +14,9 @@ pub use crate::engine::{
     execute, execute_with, reconciling, Attempt, Call, CallBuilder, Codec, Ops,
 };
 pub use crate::error::Error;
-pub use crate::registry::{BoxFuture, Context, InvokeFn, KeyOfFn, ReconcileFn, ToolDescriptor};
+pub use crate::registry::{
+    BoxFuture, CallArgs, CallResult, Context, InvokeFn, KeyOfFn, ReconcileFn, ToolDescriptor,
+};
 pub use crate::run::{CompensateFn, UndoContext};
 pub use crate::spec::{
     ApprovalRule, Concurrent, Mismatch, OnUnknown, SourceLocation, TaskSupport, ToolKind, ToolSpec,
@@ -69,6 +71,38 @@ pub fn decode_tool_args<A: DeserializeOwned>(
         });
     }
     decode_args(spec, args)
+}
+
+/// Decodes a registry call's arguments, given as a `Value` or as JSON text. Text is read
+/// straight into the tool's argument type with the members rule checked in the same pass
+/// (`Members::decode_text`), no `Value` built; text that pass refuses or cannot decide is
+/// parsed and goes through [`decode_tool_args`], so every refusal and its message is the
+/// `Value` path's.
+pub fn decode_tool_input<A: DeserializeOwned>(
+    spec: &'static ToolSpec,
+    schema: &'static SchemaCell,
+    input_schema: fn() -> Value,
+    args: CallArgs<'_>,
+) -> Result<A, Error> {
+    let text = match args {
+        CallArgs::Value(value) => return decode_tool_args(spec, schema, input_schema, &value),
+        CallArgs::Text(text) => text,
+    };
+    let members = schema
+        .0
+        .get_or_init(|| crate::members::Members::compile(&input_schema()));
+    if let Some(decoded) = members.decode_text::<A>(text) {
+        return Ok(decoded);
+    }
+    let value: Value = serde_json::from_str(text).map_err(|e| Error::InvalidArguments {
+        tool: spec.name.to_owned(),
+        field: None,
+        message: shorten(format!(
+            "the arguments are not JSON ({e}); nothing ran. Send them as one JSON object with the fields {}",
+            spec.params.join(", ")
+        )),
+    })?;
+    decode_tool_args(spec, schema, input_schema, &value)
 }
 
 /// Decodes a tool's JSON arguments, naming the offending field on failure.
@@ -214,17 +248,30 @@ pub(crate) fn json_kind(v: &Value) -> &'static str {
     }
 }
 
-/// Encodes a tool's result for a registry call.
+/// Encodes a tool's result for a registry call: as JSON text when the call's arguments
+/// came as text (`text`), else as a `Value`.
 pub fn encode_result<T: Serialize, E: Display>(
     spec: &'static ToolSpec,
     result: Result<T, E>,
-) -> Result<Value, Error> {
+    text: bool,
+) -> Result<CallResult, Error> {
+    let codec = |e: serde_json::Error| Error::Codec {
+        tool: spec.name.to_owned(),
+        key: crate::ambient::current_key(),
+        message: format!("the result cannot be encoded as JSON: {e}"),
+    };
     match result {
-        Ok(value) => serde_json::to_value(&value).map_err(|e| Error::Codec {
-            tool: spec.name.to_owned(),
-            key: crate::ambient::current_key(),
-            message: format!("the result cannot be encoded as JSON: {e}"),
-        }),
+        // A replay's result as the store kept it (the engine decoded it to this value),
+        // else the value encoded.
+        Ok(value) if text => match crate::engine::take_stored_text() {
+            Some(stored) => Ok(CallResult::Text(stored)),
+            None => serde_json::to_string(&value)
+                .map(CallResult::Text)
+                .map_err(codec),
+        },
+        Ok(value) => serde_json::to_value(&value)
+            .map(CallResult::Value)
+            .map_err(codec),
         Err(e) => Err(Error::ToolFailed {
             tool: spec.name.to_owned(),
             key: None,

@@ -3,7 +3,7 @@
 use core::future::Future;
 use core::time::Duration;
 use std::cell::Cell;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -356,22 +356,95 @@ pub(crate) struct CallReport {
     pub(crate) outcome: Option<Outcome>,
     /// The engine's own refusal, more precise than the tool error it became.
     pub(crate) error: Option<Error>,
+    /// A replay's stored result as the store kept it, when the call takes its result as
+    /// JSON text: the registry sends it on instead of encoding the decoded value again.
+    pub(crate) stored: Option<String>,
 }
 
-pub(crate) type ReportSlot = Arc<Mutex<CallReport>>;
+/// A registry call's report as its task holds it: the report, and whether an engine run
+/// has taken it (the first one inside, so a tool that calls another tool does not
+/// overwrite the outer call's report).
+#[derive(Debug, Default)]
+pub(crate) struct ReportScope {
+    taken: bool,
+    /// Whether the registry call takes its result as JSON text ([`CallReport::stored`]).
+    text: bool,
+    report: CallReport,
+}
+
+impl ReportScope {
+    /// The report the engine run wrote.
+    pub(crate) fn into_report(self) -> CallReport {
+        self.report
+    }
+}
+
+/// Held by the engine run that took its task's report: that run writes it ([`report`]).
+///
+/// The report lives in the task (a task-local `RefCell`), not behind an `Arc<Mutex>`: the
+/// engine run is polled inside the registry call's future, so every write happens in that
+/// task, and a call costs no allocation and no atomic operation for it (the `Arc` and the
+/// lock were a tenth of a registry replay's own time).
+#[derive(Debug)]
+pub(crate) struct ReportSlot(());
 
 tokio::task_local! {
-    /// Set by `Registry::call`; taken by the first engine run inside, so a tool that calls
-    /// another tool does not overwrite the outer call's report.
-    static REPORT: Cell<Option<ReportSlot>>;
+    /// Set by `Registry::call`; taken by the first engine run inside.
+    static REPORT: core::cell::RefCell<ReportScope>;
 }
 
-pub(crate) async fn with_report<F: Future>(slot: ReportSlot, future: F) -> F::Output {
-    REPORT.scope(Cell::new(Some(slot)), future).await
+/// `future` with a report for the first engine run inside (`text`: the call takes its
+/// result as JSON text); the registry reads it back with `TaskLocalFuture::take_value`
+/// once the future is done.
+pub(crate) fn with_report<F: Future>(
+    future: F,
+    text: bool,
+) -> tokio::task::futures::TaskLocalFuture<core::cell::RefCell<ReportScope>, F> {
+    let scope = ReportScope {
+        text,
+        ..ReportScope::default()
+    };
+    REPORT.scope(core::cell::RefCell::new(scope), future)
+}
+
+/// The stored result text of this task's replay, if its registry call takes text and the
+/// engine run holding the report replayed (taken: the registry's encoder uses it once).
+pub(crate) fn take_stored_text() -> Option<String> {
+    REPORT
+        .try_with(|scope| scope.try_borrow_mut().ok()?.report.stored.take())
+        .ok()
+        .flatten()
+}
+
+/// Keeps a replay's stored result text in the report, when its registry call takes text.
+fn keep_stored_text(slot: &Option<ReportSlot>, record: &Record) {
+    let RecordState::Completed {
+        result,
+        is_error: false,
+        ..
+    } = &record.state
+    else {
+        return;
+    };
+    if slot.is_some() {
+        let _ = REPORT.try_with(|scope| {
+            if let Ok(mut scope) = scope.try_borrow_mut() {
+                if scope.text {
+                    scope.report.stored = Some(result.clone());
+                }
+            }
+        });
+    }
 }
 
 pub(crate) fn take_report() -> Option<ReportSlot> {
-    REPORT.try_with(Cell::take).ok().flatten()
+    REPORT
+        .try_with(|scope| {
+            let mut scope = scope.try_borrow_mut().ok()?;
+            (!core::mem::replace(&mut scope.taken, true)).then_some(ReportSlot(()))
+        })
+        .ok()
+        .flatten()
 }
 
 /// What a call that may become an MCP task asks of the engine (`mcp/tasks.rs`): a signal
@@ -405,9 +478,14 @@ fn take_task_start() -> Option<TaskStart> {
 }
 
 fn report(slot: &Option<ReportSlot>, f: impl FnOnce(&mut CallReport)) {
-    if let Some(slot) = slot {
-        let mut guard = slot.lock().unwrap_or_else(|p| p.into_inner());
-        f(&mut guard);
+    if slot.is_some() {
+        // Outside the scope (not possible for the run holding the slot) or borrowed (no
+        // write holds it across another), nothing is written: a report is best effort.
+        let _ = REPORT.try_with(|scope| {
+            if let Ok(mut scope) = scope.try_borrow_mut() {
+                f(&mut scope.report);
+            }
+        });
     }
 }
 
@@ -699,7 +777,11 @@ fn replayed<T, E>(
     tracing::debug!(tool = call.spec.name, key = %call.key, decision = "replayed", "tool-contracts: replayed stored result");
     report(slot, |r| r.outcome = Some(Outcome::Replayed));
     telemetry.decided(Decision::Replayed);
-    replay(call, ops, record).map_err(|e| match e {
+    let replayed = replay(call, ops, record);
+    if replayed.is_ok() {
+        keep_stored_text(slot, record);
+    }
+    replayed.map_err(|e| match e {
         Replayed::Contract(e) => failed(telemetry, slot, ops, e),
         Replayed::Tool(e) => {
             telemetry.error(telemetry::TOOL_ERROR);

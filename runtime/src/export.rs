@@ -396,7 +396,7 @@ fn merge(base: Value, extra: Value) -> Value {
 mod tests {
     use super::*;
     use crate::error::Error;
-    use crate::registry::{BoxFuture, Context};
+    use crate::registry::{BoxFuture, CallArgs, CallResult, Context};
     use crate::spec::{SourceLocation, ToolKind, ToolSpec};
 
     const fn spec(name: &'static str, kind: ToolKind) -> ToolSpec {
@@ -417,8 +417,8 @@ mod tests {
         }
     }
 
-    fn never(_: &Context, _: Value) -> BoxFuture<'_, Result<Value, Error>> {
-        Box::pin(async { Ok(Value::Null) })
+    fn never<'a>(_: &'a Context, _: CallArgs<'a>) -> BoxFuture<'a, Result<CallResult, Error>> {
+        Box::pin(async { Ok(Value::Null.into()) })
     }
 
     /// What schemars writes for `fn create_order(user_id: u64, cart: Cart, note: Option<String>)`.

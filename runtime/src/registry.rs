@@ -2,11 +2,11 @@
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use serde_json::{json, Map, Value};
 
-use crate::engine::{self, CallReport};
+use crate::engine;
 use crate::error::Error;
 use crate::spec::{
     Concurrent, Mismatch, OnUnknown, SourceLocation, TaskSupport, ToolKind, ToolSpec,
@@ -17,7 +17,55 @@ use crate::spec::{
 pub type BoxFuture<'a, T> = core::pin::Pin<Box<dyn core::future::Future<Output = T> + Send + 'a>>;
 /// A tool's registry entry point: decode JSON arguments, call the tool, encode its result.
 #[doc(hidden)]
-pub type InvokeFn = for<'a> fn(&'a Context, Value) -> BoxFuture<'a, Result<Value, Error>>;
+pub type InvokeFn =
+    for<'a> fn(&'a Context, CallArgs<'a>) -> BoxFuture<'a, Result<CallResult, Error>>;
+
+/// A registry call's arguments as its caller has them: a parsed `Value` ([`Registry::call`])
+/// or JSON text ([`Registry::call_json`], decoded without building a `Value`).
+#[doc(hidden)]
+#[derive(Debug)]
+pub enum CallArgs<'a> {
+    /// Parsed JSON.
+    Value(Value),
+    /// JSON text.
+    Text(&'a str),
+}
+
+impl CallArgs<'_> {
+    /// Whether the caller gave JSON text, and so takes the result as JSON text.
+    pub fn is_text(&self) -> bool {
+        matches!(self, CallArgs::Text(_))
+    }
+}
+
+/// A tool's result as its registry entry point encoded it: a `Value` for a call given a
+/// `Value`, JSON text for one given text (no `Value` built either way).
+#[doc(hidden)]
+#[derive(Debug)]
+pub enum CallResult {
+    /// The result as a `Value`.
+    Value(Value),
+    /// The result as JSON text.
+    Text(String),
+}
+
+impl From<Value> for CallResult {
+    fn from(value: Value) -> Self {
+        CallResult::Value(value)
+    }
+}
+
+#[cfg(test)]
+impl CallArgs<'_> {
+    /// The arguments as a `Value` (text that is not JSON becomes `null`), for tests' own
+    /// entry points.
+    pub(crate) fn into_value(self) -> Value {
+        match self {
+            CallArgs::Value(value) => value,
+            CallArgs::Text(text) => serde_json::from_str(text).unwrap_or(Value::Null),
+        }
+    }
+}
 /// A tool's key derivation from JSON arguments.
 #[doc(hidden)]
 pub type KeyOfFn = fn(&Value) -> Result<String, Error>;
@@ -299,12 +347,23 @@ crate::lowercase_names! {
     Outcome { Executed => "executed", Replayed => "replayed", Reconciled => "reconciled" }
 }
 
-/// The result of [`Registry::call`].
+/// A result that came back in the other JSON form and does not convert (a `Value` with a
+/// non-string map key has no JSON text): a codec error naming the tool.
+fn result_codec(tool: &str, key: Option<&str>, e: serde_json::Error) -> Error {
+    Error::Codec {
+        tool: tool.to_owned(),
+        key: key.map(str::to_owned),
+        message: format!("the result cannot be given as JSON in the form asked for: {e}"),
+    }
+}
+
+/// The result of [`Registry::call`] (`T` = `Value`) or [`Registry::call_json`] (`T` =
+/// `String`, the result as JSON text).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
-pub struct ToolOutput {
+pub struct ToolOutput<T = Value> {
     /// The tool's result as JSON.
-    pub value: Value,
+    pub value: T,
     /// The call's idempotency key (`None` for read-only tools, which have none).
     pub key: Option<String>,
     /// Whether the tool ran, or the result was replayed or reconciled.
@@ -426,6 +485,45 @@ impl Registry {
     /// Calls a tool with JSON arguments through the same dedup engine as a direct call
     /// (same intent, same key). Invalid arguments fail before anything is claimed or run.
     pub async fn call(&self, name: &str, args: Value) -> Result<ToolOutput, Error> {
+        let output = self.call_args(name, CallArgs::Value(args)).await?;
+        let value = match output.value {
+            CallResult::Value(value) => value,
+            CallResult::Text(text) => serde_json::from_str(&text)
+                .map_err(|e| result_codec(name, output.key.as_deref(), e))?,
+        };
+        Ok(ToolOutput {
+            value,
+            key: output.key,
+            outcome: output.outcome,
+        })
+    }
+
+    /// [`Registry::call`] with the arguments as JSON text (a request body, a message):
+    /// decoded straight into the tool's parameters, with no `serde_json::Value` built on
+    /// the way, under the same rules and with the same errors (an undeclared member at any
+    /// depth, a field that does not decode, text that is not one JSON object:
+    /// [`Error::InvalidArguments`], nothing claimed or run). The result comes back as JSON
+    /// text, encoded straight from the tool's result type, ready to be sent on.
+    pub async fn call_json(&self, name: &str, args: &str) -> Result<ToolOutput<String>, Error> {
+        let output = self.call_args(name, CallArgs::Text(args)).await?;
+        let value = match output.value {
+            CallResult::Text(text) => text,
+            CallResult::Value(value) => serde_json::to_string(&value)
+                .map_err(|e| result_codec(name, output.key.as_deref(), e))?,
+        };
+        Ok(ToolOutput {
+            value,
+            key: output.key,
+            outcome: output.outcome,
+        })
+    }
+
+    /// [`Registry::call`] or [`Registry::call_json`], by the arguments' form.
+    pub(crate) async fn call_args(
+        &self,
+        name: &str,
+        args: CallArgs<'_>,
+    ) -> Result<ToolOutput<CallResult>, Error> {
         let tool = self.get(name).ok_or_else(|| self.unknown_tool(name))?;
         if !tool.is_mutating() {
             let value = (tool.invoke)(&self.context, args).await?;
@@ -436,10 +534,16 @@ impl Registry {
             });
         }
         let telemetry = crate::telemetry::RegistryCall::start(tool.name());
-        let slot = Arc::new(Mutex::new(CallReport::default()));
-        let result =
-            engine::with_report(Arc::clone(&slot), (tool.invoke)(&self.context, args)).await;
-        let report = core::mem::take(&mut *slot.lock().unwrap_or_else(|p| p.into_inner()));
+        let text = args.is_text();
+        let mut scoped = core::pin::pin!(engine::with_report(
+            (tool.invoke)(&self.context, args),
+            text
+        ));
+        let result = scoped.as_mut().await;
+        let report = scoped
+            .take_value()
+            .map(|scope| scope.into_inner().into_report())
+            .unwrap_or_default();
         // The engine reports a key or an error for every call it sees: neither means the
         // call was refused before it (arguments that do not decode, a missing context).
         if let (Err(e), None, None) = (&result, &report.key, &report.error) {

@@ -27,10 +27,10 @@ mod fixtures {
     use serde_json::{json, Value};
 
     use crate::__private::{
-        decode_args, decode_tool_args, execute_with, Attempt, CallBuilder, Codec, Ops, SchemaCell,
+        decode_args, decode_tool_input, execute_with, Attempt, CallBuilder, Codec, Ops, SchemaCell,
     };
     use crate::error::Error;
-    use crate::registry::{BoxFuture, Context, ToolDescriptor};
+    use crate::registry::{BoxFuture, CallArgs, CallResult, Context, ToolDescriptor};
     use crate::spec::{ApprovalRule, SourceLocation, ToolKind, ToolSpec};
 
     const HERE: SourceLocation = SourceLocation {
@@ -133,23 +133,29 @@ mod fixtures {
         execute_with(call, ops, move || body, None, false).await
     }
 
-    fn invoke(
+    fn invoke<'a>(
         spec: &'static ToolSpec,
         schema: &'static SchemaCell,
-        args: Value,
-    ) -> BoxFuture<'static, Result<Value, Error>> {
+        args: CallArgs<'a>,
+    ) -> BoxFuture<'a, Result<CallResult, Error>> {
         Box::pin(async move {
-            let args: Args = decode_tool_args(spec, schema, refund_schema, &args)?;
-            refund(spec, args).await
+            let args: Args = decode_tool_input(spec, schema, refund_schema, args)?;
+            refund(spec, args).await.map(CallResult::Value)
         })
     }
 
-    fn refund_invoke(_: &Context, args: Value) -> BoxFuture<'_, Result<Value, Error>> {
+    fn refund_invoke<'a>(
+        _: &'a Context,
+        args: CallArgs<'a>,
+    ) -> BoxFuture<'a, Result<CallResult, Error>> {
         static SCHEMA: SchemaCell = SchemaCell::new();
         invoke(&REFUND_SPEC, &SCHEMA, args)
     }
 
-    fn brief_invoke(_: &Context, args: Value) -> BoxFuture<'_, Result<Value, Error>> {
+    fn brief_invoke<'a>(
+        _: &'a Context,
+        args: CallArgs<'a>,
+    ) -> BoxFuture<'a, Result<CallResult, Error>> {
         static SCHEMA: SchemaCell = SchemaCell::new();
         invoke(&BRIEF_SPEC, &SCHEMA, args)
     }

@@ -54,7 +54,7 @@ use serde_json::{Map, Value};
 use crate::ambient::{client_scope, with_scope, with_store};
 use crate::error::Error;
 use crate::operation::{Operation, OperationState};
-use crate::registry::{Registry, ToolDescriptor, ToolOutput};
+use crate::registry::{CallArgs, CallResult, Registry, ToolDescriptor, ToolOutput};
 use crate::store::Store;
 
 mod decide;
@@ -435,7 +435,16 @@ async fn call_tool(
         Err(problem) => return refuse(*problem),
     };
     let prefix = tools.prefix(&original, "/tools/");
-    let call = tools.registry.call(&name, args);
+    let text;
+    let args = match args {
+        // JSON text goes to the tool's parameters with no `Value` built on the way.
+        Arguments::Json(json) => {
+            text = json;
+            CallArgs::Text(&text)
+        }
+        Arguments::Value(value) => CallArgs::Value(value),
+    };
+    let call = tools.registry.call_args(&name, args);
     match tools
         .in_context(tenant.clone(), client_key.as_deref(), call)
         .await
@@ -461,28 +470,41 @@ async fn call_tool(
     }
 }
 
-/// The call's JSON arguments from its body: `{}` when empty, else JSON or a form by
+/// A call's arguments as its body gave them.
+enum Arguments {
+    /// A JSON body, as text: the registry decodes it ([`Registry::call_json`]).
+    Json(String),
+    /// An empty body (`{}`) or a form, turned into JSON here.
+    Value(Value),
+}
+
+/// The call's arguments from its body: `{}` when empty, else JSON or a form by
 /// `Content-Type`.
 fn arguments(
     tool: &ToolDescriptor,
     parts: &Parts,
     body: Result<Bytes, Problem>,
-) -> Result<Value, Box<Problem>> {
+) -> Result<Arguments, Box<Problem>> {
     let body = body.map_err(Box::new)?;
     if body.is_empty() {
-        return Ok(Value::Object(Map::new()));
+        return Ok(Arguments::Value(Value::Object(Map::new())));
     }
     let invalid = |e: &Error| Box::new(Problem::from_error(e, None));
     match headers::body_kind(&parts.headers) {
-        Ok(headers::BodyKind::Json) => serde_json::from_slice(&body).map_err(|e| {
-            invalid(&Error::InvalidArguments {
-                tool: tool.name().to_owned(),
-                field: None,
-                message: format!("the body is not JSON ({e}); nothing ran. Send the arguments as one JSON object"),
-            })
-        }),
+        // JSON is UTF-8 (RFC 8259 section 8.1); whether it is JSON is the registry's check.
+        Ok(headers::BodyKind::Json) => String::from_utf8(Vec::from(body))
+            .map(Arguments::Json)
+            .map_err(|e| {
+                invalid(&Error::InvalidArguments {
+                    tool: tool.name().to_owned(),
+                    field: None,
+                    message: format!("the body is not JSON ({e}); nothing ran. Send the arguments as one JSON object in UTF-8"),
+                })
+            }),
         Ok(headers::BodyKind::Form) => {
-            forms::form_to_args(tool.name(), &tool.input_schema(), &body).map_err(|e| invalid(&e))
+            forms::form_to_args(tool.name(), &tool.input_schema(), &body)
+                .map(Arguments::Value)
+                .map_err(|e| invalid(&e))
         }
         Err(what) => {
             let problem = Problem::new(
@@ -495,7 +517,7 @@ fn arguments(
 }
 
 /// The answer to a call that returned a result.
-fn answer(output: ToolOutput, prefix: &str, representation: bool) -> Response {
+fn answer(output: ToolOutput<CallResult>, prefix: &str, representation: bool) -> Response {
     let ToolOutput {
         value,
         key,
@@ -504,7 +526,7 @@ fn answer(output: ToolOutput, prefix: &str, representation: bool) -> Response {
     } = output;
     let Some(key) = key else {
         // A read-only tool: no key, no operation, nothing stored.
-        return json_response(StatusCode::OK, &value);
+        return result_response(value);
     };
     let location = operation_path(prefix, &key);
     let outcome = (
@@ -521,7 +543,7 @@ fn answer(output: ToolOutput, prefix: &str, representation: bool) -> Response {
         .into_response();
     };
     if representation {
-        let mut response = json_response(StatusCode::OK, &value);
+        let mut response = result_response(value);
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_LOCATION, location);
         headers.insert(
@@ -728,6 +750,23 @@ fn respond_problem(problem: Problem, html: bool) -> Response {
         );
     }
     response
+}
+
+/// A `200 OK` with a call's result, sent as the registry encoded it (a JSON body's call
+/// comes back as JSON text, written as it is).
+fn result_response(result: CallResult) -> Response {
+    match result {
+        CallResult::Value(value) => json_response(StatusCode::OK, &value),
+        CallResult::Text(text) => (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            text,
+        )
+            .into_response(),
+    }
 }
 
 fn json_response(status: StatusCode, value: &Value) -> Response {

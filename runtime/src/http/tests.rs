@@ -29,10 +29,10 @@ mod fixtures {
     use serde_json::{json, Value};
 
     use crate::__private::{
-        decode_args, decode_tool_args, execute_with, Attempt, CallBuilder, Codec, Ops, SchemaCell,
+        decode_args, decode_tool_input, execute_with, Attempt, CallBuilder, Codec, Ops, SchemaCell,
     };
     use crate::error::Error;
-    use crate::registry::{BoxFuture, Context, ToolDescriptor};
+    use crate::registry::{BoxFuture, CallArgs, CallResult, Context, ToolDescriptor};
     use crate::spec::{Concurrent, SourceLocation, ToolKind, ToolSpec};
 
     const HERE: SourceLocation = SourceLocation {
@@ -141,18 +141,24 @@ mod fixtures {
         execute_with(call, ops, move || body, Some(crashed), false).await
     }
 
-    fn place_invoke(_: &Context, args: Value) -> BoxFuture<'_, Result<Value, Error>> {
+    fn place_invoke<'a>(
+        _: &'a Context,
+        args: CallArgs<'a>,
+    ) -> BoxFuture<'a, Result<CallResult, Error>> {
         Box::pin(async move {
             static SCHEMA: SchemaCell = SchemaCell::new();
-            let args: Args = decode_tool_args(&PLACE_SPEC, &SCHEMA, place_schema, &args)?;
-            place(args).await.map_err(|e| match e {
-                Fail::Contract(e) => e,
-                other => Error::ToolFailed {
-                    tool: "place".to_owned(),
-                    key: None,
-                    message: other.to_string(),
-                },
-            })
+            let args: Args = decode_tool_input(&PLACE_SPEC, &SCHEMA, place_schema, args)?;
+            place(args)
+                .await
+                .map(CallResult::Value)
+                .map_err(|e| match e {
+                    Fail::Contract(e) => e,
+                    other => Error::ToolFailed {
+                        tool: "place".to_owned(),
+                        key: None,
+                        message: other.to_string(),
+                    },
+                })
         })
     }
 
@@ -204,8 +210,11 @@ mod fixtures {
         ..ToolSpec::fixture("seven", ToolKind::ReadOnly, &[], &[], HERE)
     };
 
-    fn seven_invoke(_: &Context, _: Value) -> BoxFuture<'_, Result<Value, Error>> {
-        Box::pin(async { Ok(Value::from(7)) })
+    fn seven_invoke<'a>(
+        _: &'a Context,
+        _: CallArgs<'a>,
+    ) -> BoxFuture<'a, Result<CallResult, Error>> {
+        Box::pin(async { Ok(Value::from(7).into()) })
     }
 
     fn seven_schema() -> Value {
@@ -577,6 +586,24 @@ async fn invalid_arguments_are_400_naming_the_field_and_run_nothing() {
                 .body(Body::from("{\"user_id\": 105,"))
                 .unwrap(),
             None,
+        ),
+        // Not UTF-8, so not JSON (RFC 8259 section 8.1): refused before the registry.
+        (
+            Request::post("/tools/place")
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(&b"{\"user_id\": 105, \"note\": \"\xff\"}"[..]))
+                .unwrap(),
+            None,
+        ),
+        // Escaped member names are names: `c\u0061rt` is `cart`, and its `gift` refused.
+        (
+            Request::post("/tools/place")
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(
+                    r#"{"user_id": 105, "c\u0061rt": {"id": "c", "g\u0069ft": 1}, "note": ""}"#,
+                ))
+                .unwrap(),
+            Some("cart.gift"),
         ),
     ];
     for (request, field) in cases {

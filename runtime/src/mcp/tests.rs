@@ -19,7 +19,7 @@ mod fixtures {
     use serde_json::Value;
 
     use crate::error::Error;
-    use crate::registry::{BoxFuture, Context, ToolDescriptor};
+    use crate::registry::{BoxFuture, CallArgs, CallResult, Context, ToolDescriptor};
     use crate::spec::{SourceLocation, ToolKind, ToolSpec};
 
     static SPEC: ToolSpec = ToolSpec {
@@ -39,8 +39,8 @@ mod fixtures {
         )
     };
 
-    fn invoke(_: &Context, _: Value) -> BoxFuture<'_, Result<Value, Error>> {
-        Box::pin(async { Ok(Value::from(7)) })
+    fn invoke<'a>(_: &'a Context, _: CallArgs<'a>) -> BoxFuture<'a, Result<CallResult, Error>> {
+        Box::pin(async { Ok(Value::from(7).into()) })
     }
 
     fn input_schema() -> Value {
@@ -397,7 +397,7 @@ mod shop {
 
     use crate::__private::{encode_result, execute, CallBuilder, Codec, Ops};
     use crate::error::Error;
-    use crate::registry::{BoxFuture, Context, ToolDescriptor};
+    use crate::registry::{BoxFuture, CallResult, Context, ToolDescriptor};
     use crate::spec::{SourceLocation, TaskSupport, ToolKind, ToolSpec};
 
     #[derive(Debug, Serialize, Deserialize)]
@@ -471,12 +471,15 @@ mod shop {
         (call, order, refuse)
     }
 
-    fn invoke(spec: &'static ToolSpec, args: Value) -> BoxFuture<'static, Result<Value, Error>> {
+    fn invoke(
+        spec: &'static ToolSpec,
+        args: Value,
+    ) -> BoxFuture<'static, Result<CallResult, Error>> {
         Box::pin(async move {
             let (call, order, refuse) = builder(spec, &args);
             let ops = Ops::new(Codec::json(), PlaceError::from).caching_errors(Codec::json());
             let result = execute(call.finish(), ops, move || body(spec.name, order, refuse)).await;
-            encode_result(spec, result)
+            encode_result(spec, result, false)
         })
     }
 
@@ -519,7 +522,7 @@ mod shop {
             pub(super) static $descriptor: ToolDescriptor = ToolDescriptor::new(
                 &$spec,
                 Some(|args| builder(&$spec, args).0.key()),
-                |_: &Context, args| invoke(&$spec, args),
+                |_: &Context, args| invoke(&$spec, args.into_value()),
                 input_schema,
                 output_schema,
             );
@@ -534,7 +537,7 @@ mod shop {
     pub(super) static APPROVED: ToolDescriptor = ToolDescriptor::new(
         &APPROVED_SPEC,
         Some(|args| builder(&APPROVED_SPEC, args).0.key()),
-        |_: &Context, args| invoke(&APPROVED_SPEC, args),
+        |_: &Context, args| invoke(&APPROVED_SPEC, args.into_value()),
         input_schema,
         output_schema,
     );
@@ -559,7 +562,7 @@ mod shop {
     pub(super) static UNDOABLE: ToolDescriptor = ToolDescriptor::new(
         &UNDOABLE_SPEC,
         Some(|args| builder(&UNDOABLE_SPEC, args).0.key()),
-        |_: &Context, args| invoke(&UNDOABLE_SPEC, args),
+        |_: &Context, args| invoke(&UNDOABLE_SPEC, args.into_value()),
         input_schema,
         output_schema,
     );

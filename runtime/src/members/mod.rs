@@ -16,6 +16,8 @@
 
 use serde_json::{Map, Value};
 
+mod text;
+
 /// An undeclared member: where it is and what the object declares.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct UnknownMember {
@@ -29,9 +31,17 @@ pub(crate) struct UnknownMember {
 ///
 /// Compiles the schema first: a tool's registry calls use [`Members::compile`] once and
 /// [`Members::unknown_member`] per call.
+///
+/// In tests it also holds the one-pass text check to its promise on every case: text it
+/// passes is text this walk finds nothing in.
 #[cfg(test)]
 pub(crate) fn unknown_member(schema: &Value, args: &Value) -> Option<UnknownMember> {
-    Members::compile(schema).unknown_member(args)
+    let members = Members::compile(schema);
+    let found = members.unknown_member(args);
+    if members.text_is_clean(&args.to_string()) {
+        assert_eq!(found, None, "the text check passed {args}");
+    }
+    found
 }
 
 /// Deeper than this, the arguments are not followed (a recursive type): nothing is refused
@@ -101,6 +111,9 @@ fn array_index(token: &str) -> Option<usize> {
 pub(crate) struct Members {
     nodes: Vec<Node>,
     root: usize,
+    /// By node: whether its check can find nothing in any value (a scalar's schema, a map
+    /// of such values, `true`), so the text walk skips the value unread.
+    inert: Vec<bool>,
 }
 
 /// One schema, its `$ref`s followed.
@@ -125,7 +138,8 @@ struct Rule {
     declares_any: bool,
     /// Whether it or one of its `allOf` parts allows members it does not list.
     open: bool,
-    /// Declared members, sorted by name (first declaration wins: own, then the parts').
+    /// Declared members, sorted by [`by_length`] (first declaration wins: own, then the
+    /// parts').
     declared: Vec<(Box<str>, usize)>,
     /// The declared names in schema order, as an error lists them.
     expected: Vec<Box<str>>,
@@ -133,6 +147,26 @@ struct Rule {
     prefix_items: Option<Vec<usize>>,
     /// `items` (when an object schema): the schema of the other array items.
     items: Option<usize>,
+}
+
+/// The order of [`Rule::declared`]: by length, then by bytes. A lookup then compares bytes
+/// only with names of its own length (short names are the rule: a call for a member
+/// `memcmp`s them otherwise at every step of the search).
+fn by_length(a: &str, b: &str) -> core::cmp::Ordering {
+    a.len()
+        .cmp(&b.len())
+        .then_with(|| a.as_bytes().cmp(b.as_bytes()))
+}
+
+impl Rule {
+    /// The schema node of the declared member `name`.
+    fn find(&self, name: &str) -> Option<usize> {
+        let i = self
+            .declared
+            .binary_search_by(|(n, _)| by_length(n, name))
+            .ok()?;
+        self.declared.get(i).map(|&(_, node)| node)
+    }
 }
 
 /// The bit of a JSON value's type in [`Rule::types`].
@@ -218,7 +252,7 @@ impl<'a> Compiler<'a> {
                 declared.push((name.into(), member));
             }
         }
-        declared.sort_by(|a, b| a.0.cmp(&b.0));
+        declared.sort_by(|a, b| by_length(&a.0, &b.0));
         let prefix_items = map
             .get("prefixItems")
             .and_then(Value::as_array)
@@ -320,9 +354,11 @@ impl Members {
             seen: std::collections::HashMap::new(),
         };
         let root = compiler.node(schema);
+        let inert = inert(&compiler.nodes);
         Members {
             nodes: compiler.nodes,
             root,
+            inert,
         }
     }
 
@@ -383,13 +419,8 @@ impl Members {
             Value::Object(members) if rule.declares_any => {
                 for (name, member) in members {
                     let inner = Path::Member(&path, name);
-                    let found = rule
-                        .declared
-                        .binary_search_by(|(n, _)| (**n).cmp(name.as_str()))
-                        .ok()
-                        .and_then(|i| rule.declared.get(i));
-                    match found {
-                        Some(&(_, schema)) => {
+                    match rule.find(name) {
+                        Some(schema) => {
                             if let Some(found) = self.check(schema, member, inner, depth + 1) {
                                 return Some(found);
                             }
@@ -422,6 +453,39 @@ impl Members {
                 None
             }
             _ => None,
+        }
+    }
+}
+
+/// By node, whether [`Members::check`] can find nothing there whatever the value: no
+/// member refused (none declared, or the object open and every declared member's schema
+/// inert) and every alternative and item schema inert. The least fixed point: a node on a
+/// cycle counts as not inert unless something else proves it, which only costs a walk.
+fn inert(nodes: &[Node]) -> Vec<bool> {
+    let mut inert: Vec<bool> = nodes.iter().map(|n| matches!(n, Node::Any)).collect();
+    loop {
+        let mut changed = false;
+        for (i, node) in nodes.iter().enumerate() {
+            let Node::Rule(rule) = node else { continue };
+            if inert.get(i).copied().unwrap_or(true) {
+                continue;
+            }
+            let is = |id: &usize| inert.get(*id).copied().unwrap_or(false);
+            let members =
+                !rule.declares_any || (rule.open && rule.declared.iter().all(|(_, id)| is(id)));
+            let now = members
+                && rule.alternatives.iter().flatten().all(is)
+                && rule.prefix_items.iter().flatten().all(is)
+                && rule.items.iter().all(is);
+            if now {
+                if let Some(slot) = inert.get_mut(i) {
+                    *slot = true;
+                }
+                changed = true;
+            }
+        }
+        if !changed {
+            return inert;
         }
     }
 }
@@ -583,6 +647,47 @@ mod tests {
         // A reference that leads nowhere says nothing, as `true` does.
         let dangling = json!({"type": "object", "properties": {"d": {"$ref": "#/$defs/Gone"}}});
         assert_eq!(unknown_member(&dangling, &json!({"d": {"any": 1}})), None);
+    }
+
+    /// The one-pass text check decides the usual shapes (nested types, `Option<T>`,
+    /// arrays, maps, flattened parts) and leaves the rest to the tree walk.
+    #[test]
+    fn the_text_check_decides_usual_shapes_and_defers_the_rest() {
+        let members = Members::compile(&schema());
+        for clean in [
+            r#"{"cart": {"id": "c", "items": ["a"]}}"#,
+            r#"{"maybe": {"id": "c"}, "tags": {"x": "y"}, "any": {"z": [1, {"q": 2}]}}"#,
+            r#"{"maybe": null, "carts": [{"id": "a"}, {"items": []}]}"#,
+            r#"{"flat": {"id": "c", "extra": 1}}"#,
+            r#" {"c\u0061rt": {"\u0069d": "escaped names"}} "#,
+        ] {
+            assert!(members.text_is_clean(clean), "{clean}");
+        }
+        for unknown in [
+            r#"{"cart": {"id": "c", "gift": true}}"#,
+            r#"{"maybe": {"id": "c", "x": 1}}"#,
+            r#"{"carts": [{"id": "a"}, {"x": 1}]}"#,
+            r#"{"flat": {"other": 1}}"#,
+            r#"{"nope": 1}"#,
+            r#"{"cart": {"id": "c", "gift": true}, "cart": {"id": "c"}}"#,
+        ] {
+            assert!(!members.text_is_clean(unknown), "{unknown}");
+        }
+        // Not an object, not JSON, or more after it: the caller's parse says why.
+        for refused in ["[]", "null", "7", "", "{", r#"{"cart": {}} {}"#] {
+            assert!(!members.text_is_clean(refused), "{refused:?}");
+        }
+        // Two object alternatives: only trying each tells, which one pass cannot.
+        let two = Members::compile(&json!({
+            "type": "object",
+            "properties": {"v": {"anyOf": [
+                {"type": "object", "properties": {"a": {}}},
+                {"type": "object", "properties": {"b": {}}}
+            ]}}
+        }));
+        assert!(!two.text_is_clean(r#"{"v": {"b": 1}}"#));
+        assert!(two.text_is_clean(r#"{"v": "a string is no object"}"#));
+        assert_eq!(two.unknown_member(&json!({"v": {"b": 1}})), None);
     }
 
     #[test]
