@@ -383,13 +383,13 @@ impl ReportScope {
 ///
 /// The report lives in the task (a task-local `RefCell`), not behind an `Arc<Mutex>`: the
 /// engine run is polled inside the registry call's future, so every write happens in that
-/// task, and a call costs no allocation and no atomic operation for it (the `Arc` and the
-/// lock were a tenth of a registry replay's own time).
+/// task, and a call costs no allocation and no atomic operation for it (`perf` had put
+/// about 4% of a registry replay's time on the `Arc`'s and the lock's atomic operations).
 #[derive(Debug)]
 pub(crate) struct ReportSlot(());
 
 tokio::task_local! {
-    /// Set by `Registry::call`; taken by the first engine run inside.
+    /// Set by `Registry::call` and `call_json`; taken by the first engine run inside.
     static REPORT: core::cell::RefCell<ReportScope>;
 }
 

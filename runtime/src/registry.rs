@@ -503,7 +503,8 @@ impl Registry {
     /// the way, under the same rules and with the same errors (an undeclared member at any
     /// depth, a field that does not decode, text that is not one JSON object:
     /// [`Error::InvalidArguments`], nothing claimed or run). The result comes back as JSON
-    /// text, encoded straight from the tool's result type, ready to be sent on.
+    /// text, ready to be sent on: encoded straight from the tool's result type, or for a
+    /// replay the stored text itself (once it has decoded into that type).
     pub async fn call_json(&self, name: &str, args: &str) -> Result<ToolOutput<String>, Error> {
         let output = self.call_args(name, CallArgs::Text(args)).await?;
         let value = match output.value {
