@@ -347,13 +347,31 @@ crate::lowercase_names! {
     Outcome { Executed => "executed", Replayed => "replayed", Reconciled => "reconciled" }
 }
 
-/// A result that came back in the other JSON form and does not convert (a `Value` with a
-/// non-string map key has no JSON text): a codec error naming the tool.
-fn result_codec(tool: &str, key: Option<&str>, e: serde_json::Error) -> Error {
-    Error::Codec {
-        tool: tool.to_owned(),
-        key: key.map(str::to_owned),
-        message: format!("the result cannot be given as JSON in the form asked for: {e}"),
+impl ToolOutput<CallResult> {
+    /// The result in the form the caller asked for; one that came back in the other form
+    /// and does not convert is a codec error naming the tool `name`.
+    fn convert<T>(
+        self,
+        name: &str,
+        form: impl FnOnce(CallResult) -> Result<T, serde_json::Error>,
+    ) -> Result<ToolOutput<T>, Error> {
+        let ToolOutput {
+            value,
+            key,
+            outcome,
+        } = self;
+        match form(value) {
+            Ok(value) => Ok(ToolOutput {
+                value,
+                key,
+                outcome,
+            }),
+            Err(e) => Err(Error::Codec {
+                tool: name.to_owned(),
+                key,
+                message: format!("the result cannot be given as JSON in the form asked for: {e}"),
+            }),
+        }
     }
 }
 
@@ -486,15 +504,9 @@ impl Registry {
     /// (same intent, same key). Invalid arguments fail before anything is claimed or run.
     pub async fn call(&self, name: &str, args: Value) -> Result<ToolOutput, Error> {
         let output = self.call_args(name, CallArgs::Value(args)).await?;
-        let value = match output.value {
-            CallResult::Value(value) => value,
-            CallResult::Text(text) => serde_json::from_str(&text)
-                .map_err(|e| result_codec(name, output.key.as_deref(), e))?,
-        };
-        Ok(ToolOutput {
-            value,
-            key: output.key,
-            outcome: output.outcome,
+        output.convert(name, |result| match result {
+            CallResult::Value(value) => Ok(value),
+            CallResult::Text(text) => serde_json::from_str(&text),
         })
     }
 
@@ -507,15 +519,9 @@ impl Registry {
     /// replay the stored text itself (once it has decoded into that type).
     pub async fn call_json(&self, name: &str, args: &str) -> Result<ToolOutput<String>, Error> {
         let output = self.call_args(name, CallArgs::Text(args)).await?;
-        let value = match output.value {
-            CallResult::Text(text) => text,
-            CallResult::Value(value) => serde_json::to_string(&value)
-                .map_err(|e| result_codec(name, output.key.as_deref(), e))?,
-        };
-        Ok(ToolOutput {
-            value,
-            key: output.key,
-            outcome: output.outcome,
+        output.convert(name, |result| match result {
+            CallResult::Text(text) => Ok(text),
+            CallResult::Value(value) => serde_json::to_string(&value),
         })
     }
 

@@ -438,9 +438,12 @@ async fn call_tool(
     let text;
     let args = match args {
         // JSON text goes to the tool's parameters with no `Value` built on the way.
-        Arguments::Json(json) => {
-            text = json;
-            CallArgs::Text(&text)
+        Arguments::Json(body) => {
+            text = body;
+            match std::str::from_utf8(&text) {
+                Ok(json) => CallArgs::Text(json),
+                Err(e) => return refuse(not_utf8(tool, &e)),
+            }
         }
         Arguments::Value(value) => CallArgs::Value(value),
     };
@@ -472,8 +475,9 @@ async fn call_tool(
 
 /// A call's arguments as its body gave them.
 enum Arguments {
-    /// A JSON body, as text: the registry decodes it ([`Registry::call_json`]).
-    Json(String),
+    /// A JSON body, as sent: the registry decodes it as text ([`Registry::call_json`]),
+    /// read in place (its UTF-8 checked once, at the call).
+    Json(Bytes),
     /// An empty body (`{}`) or a form, turned into JSON here.
     Value(Value),
 }
@@ -491,16 +495,8 @@ fn arguments(
     }
     let invalid = |e: &Error| Box::new(Problem::from_error(e, None));
     match headers::body_kind(&parts.headers) {
-        // JSON is UTF-8 (RFC 8259 section 8.1); whether it is JSON is the registry's check.
-        Ok(headers::BodyKind::Json) => String::from_utf8(Vec::from(body))
-            .map(Arguments::Json)
-            .map_err(|e| {
-                invalid(&Error::InvalidArguments {
-                    tool: tool.name().to_owned(),
-                    field: None,
-                    message: format!("the body is not JSON ({e}); nothing ran. Send the arguments as one JSON object in UTF-8"),
-                })
-            }),
+        // Whether it is JSON is the registry's check (its UTF-8 is checked at the call).
+        Ok(headers::BodyKind::Json) => Ok(Arguments::Json(body)),
         Ok(headers::BodyKind::Form) => {
             forms::form_to_args(tool.name(), &tool.input_schema(), &body)
                 .map(Arguments::Value)
@@ -514,6 +510,16 @@ fn arguments(
             Err(Box::new(problem))
         }
     }
+}
+
+/// A JSON body that is not UTF-8, so not JSON (RFC 8259 section 8.1).
+fn not_utf8(tool: &ToolDescriptor, e: &std::str::Utf8Error) -> Problem {
+    let e = Error::InvalidArguments {
+        tool: tool.name().to_owned(),
+        field: None,
+        message: format!("the body is not JSON ({e}); nothing ran. Send the arguments as one JSON object in UTF-8"),
+    };
+    Problem::from_error(&e, None)
 }
 
 /// The answer to a call that returned a result.

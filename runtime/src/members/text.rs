@@ -478,14 +478,12 @@ struct NameVisitor<'a, V> {
     found: &'a mut Found,
 }
 
-impl NameVisitor<'_, ()> {
-    /// What `name` is to `rule` (as in [`Members::check`]).
-    fn find(rule: &Rule, name: &str) -> Found {
-        match rule.find(name) {
-            Some(node) => Found::Declared(node),
-            None if rule.open => Found::Open,
-            None => Found::Refused,
-        }
+/// What `name` is to `rule` (as in [`Members::check`]).
+fn found(rule: &Rule, name: &str) -> Found {
+    match rule.find(name) {
+        Some(node) => Found::Declared(node),
+        None if rule.open => Found::Open,
+        None => Found::Refused,
     }
 }
 
@@ -499,17 +497,17 @@ impl<'de, V: Visitor<'de>> Visitor<'de> for NameVisitor<'_, V> {
     forward_scalar_visits!();
 
     fn visit_str<E: de::Error>(self, name: &str) -> Result<V::Value, E> {
-        *self.found = NameVisitor::find(self.rule, name);
+        *self.found = found(self.rule, name);
         self.inner.visit_str(name)
     }
 
     fn visit_borrowed_str<E: de::Error>(self, name: &'de str) -> Result<V::Value, E> {
-        *self.found = NameVisitor::find(self.rule, name);
+        *self.found = found(self.rule, name);
         self.inner.visit_borrowed_str(name)
     }
 
     fn visit_string<E: de::Error>(self, name: String) -> Result<V::Value, E> {
-        *self.found = NameVisitor::find(self.rule, &name);
+        *self.found = found(self.rule, &name);
         self.inner.visit_string(name)
     }
 
