@@ -29,8 +29,10 @@
 //! workers: **client and servers share the machine's two cores**, so a ratio compares the
 //! whole round trip, client work included.
 //!
-//! Each row's bare baseline is measured right before and right after it (its windows
-//! alternate: bare, ours, ours, bare); the ratio is against their mean.
+//! Bare and ours alternate within a row: bare, first calls, bare, then three rounds of
+//! (replays, bare), then the extra replay form and bare. Each of ours is against the mean of
+//! the bare windows either side; the replay's figure is the median of its three rounds
+//! (each printed), so a drift of the machine between windows moves one round, not the row.
 //! Concurrency 1 and 16 (or the comma list in `TOOL_CONTRACTS_BENCH_CONCURRENCY`).
 //! Run: `cargo bench -p tool-contracts-benches --bench surfaces` (add `-- --quick`).
 
@@ -121,8 +123,24 @@ fn row(name: &str, rate: f64, bare: f64) {
     );
 }
 
-/// One surface at one concurrency: bare, our first calls, our replays (and the extra
-/// replay forms), bare again; each of ours against the mean of the two bare windows.
+/// Replay windows of ours, each between two bare windows (bare, ours, bare, ours, ...,
+/// bare): a ratio per round against the mean of the bare windows either side, so the
+/// machine's drift over the row (the bare baseline moved by up to 30% between windows ten
+/// seconds apart) enters each ratio only as much as it moves within three windows.
+const REPLAY_ROUNDS: usize = 3;
+
+/// The median of `values` (an odd count: the middle one).
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted.get(sorted.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// One surface at one concurrency: bare, our first calls, bare, then [`REPLAY_ROUNDS`]
+/// rounds of our replays each followed by bare, then the extra replay form (if any) and
+/// bare. The first calls and the extra form are against the mean of the bare windows
+/// either side; the replays by round (each against its two neighbours), reported as the
+/// median round with every round's figure.
 #[allow(clippy::too_many_arguments)]
 async fn surface(
     label: &str,
@@ -135,33 +153,56 @@ async fn surface(
     base: u64,
 ) {
     let (ours_call, bare_call) = calls;
-    let (_, bare_before) =
-        measure(bare, bare_call, concurrency, window, Users::Fresh { base }).await;
+    let bare_window = || async {
+        measure(bare, bare_call, concurrency, window, Users::Fresh { base })
+            .await
+            .1
+    };
+    let mut bares = vec![bare_window().await];
     let (made, first) = measure(ours, ours_call, concurrency, window, Users::Fresh { base }).await;
+    bares.push(bare_window().await);
+    let first_bare = (bares[0] + bares[1]) / 2.0;
     let replays = Users::Replay {
         base,
         made: made.max(1),
     };
-    let (_, replay) = measure(ours, ours_call, concurrency, window, replays).await;
+    let mut rounds = Vec::with_capacity(REPLAY_ROUNDS);
+    for _ in 0..REPLAY_ROUNDS {
+        let (_, replay) = measure(ours, ours_call, concurrency, window, replays).await;
+        let before = bares.last().copied().unwrap_or(f64::NAN);
+        let after = bare_window().await;
+        bares.push(after);
+        rounds.push((replay, (before + after) / 2.0));
+    }
     let extra = match extra {
-        Some((name, call)) => Some((
-            name,
-            measure(ours, call, concurrency, window, replays).await.1,
-        )),
+        Some((name, call)) => {
+            let rate = measure(ours, call, concurrency, window, replays).await.1;
+            let before = bares.last().copied().unwrap_or(f64::NAN);
+            let after = bare_window().await;
+            bares.push(after);
+            Some((name, rate, (before + after) / 2.0))
+        }
         None => None,
     };
-    let (_, bare_after) =
-        measure(bare, bare_call, concurrency, window, Users::Fresh { base }).await;
-    let bare = (bare_before + bare_after) / 2.0;
+    let bare_list: Vec<String> = bares.iter().map(|b| format!("{b:.0}")).collect();
     println!(
-        "{label}, conc {concurrency}: bare {bare_before:.0} /s before, {bare_after:.0} /s after"
+        "{label}, conc {concurrency}: bare windows {} /s",
+        bare_list.join(", ")
     );
-    row(
-        &format!("  {label} replay, conc {concurrency}"),
-        replay,
-        bare,
+    let ratios: Vec<f64> = rounds.iter().map(|(ours, bare)| ours / bare).collect();
+    let round_list: Vec<String> = rounds
+        .iter()
+        .map(|(ours, bare)| format!("{ours:.0}/{bare:.0} = x{:.2}", ours / bare))
+        .collect();
+    let replay_mean = rounds.iter().map(|r| r.0).sum::<f64>() / rounds.len() as f64;
+    let bare_mean = rounds.iter().map(|r| r.1).sum::<f64>() / rounds.len() as f64;
+    println!(
+        "{:<58} {replay_mean:>8.0} /s  bare {bare_mean:>8.0} /s  median round x{:.2} (rounds: {})",
+        format!("  {label} replay, conc {concurrency}"),
+        median(&ratios),
+        round_list.join("; ")
     );
-    if let Some((name, rate)) = extra {
+    if let Some((name, rate, bare)) = extra {
         row(
             &format!("  {label} replay {name}, conc {concurrency}"),
             rate,
@@ -171,7 +212,7 @@ async fn surface(
     row(
         &format!("  {label} first call, conc {concurrency}"),
         first,
-        bare,
+        first_bare,
     );
 }
 

@@ -4,7 +4,7 @@
 //!
 //! `cargo build --release -p tool-contracts-benches --example replay_profile` then
 //! `valgrind --tool=callgrind target/release/examples/replay_profile replay 10000`
-//! (or `bare`, `registry`, `registry-text` (`Registry::call_json`), `first`, `key` (the 3-field key of `key_derivation` alone),
+//! (or `bare`, `registry`, `registry-text` (`Registry::call_json`), `first`, `key` (the 3-field key of `key_derivation` alone, as the macro derives it; `key-by-path` through `KeyBuilder::field`),
 //! `sizes` (the size of a call's future, which each `.await` moves); `redis` replays from
 //! a `RedisStore` at `TOOL_CONTRACTS_REDIS_URL`, key prefix `tcprofile:`; `sqlite-first` first
 //! calls on a `SqliteStore` in a scratch directory, for `strace -c -f`). `redis-conc C` replays 1,000
@@ -134,6 +134,14 @@ fn main() {
                 }
                 "key" => {
                     // The 3-field intent of `benches/key_derivation.rs`.
+                    // As the macro derives it (names and the end encoded at compile time).
+                    let mut k = KeyBuilder::new(TOOL_KEY_CONTRACT);
+                    k.field_member("\"amount_cents\":", "amount_cents", &black_box(4999_u64)).ok();
+                    k.field_member("\"cart.id\":", "cart.id", black_box("c-42")).ok();
+                    k.field_member("\"user_id\":", "user_id", &black_box(7_u64)).ok();
+                    black_box(k.finish_tail(None, ",\"tool\":\"create_order\",\"version\":1}", "create_order", 1));
+                }
+                "key-by-path" => {
                     let mut k = KeyBuilder::new(TOOL_KEY_CONTRACT);
                     k.field("amount_cents", &black_box(4999_u64)).ok();
                     k.field("cart.id", black_box("c-42")).ok();

@@ -109,6 +109,7 @@ fn mutating_body(c: &Contract, n: &Names, block: &syn::Block) -> TokenStream {
         TokenStream::new()
     };
     let key_fields = key_field_calls(c, builder);
+    let tail = key_tail(c);
     let arg_calls = c
         .params
         .iter()
@@ -224,7 +225,7 @@ fn mutating_body(c: &Contract, n: &Names, block: &syn::Block) -> TokenStream {
         let #call = {
             #spec_static
             #registration
-            let mut #builder = ::tool_contracts::__private::CallBuilder::new(&#spec);
+            let mut #builder = ::tool_contracts::__private::CallBuilder::keyed(&#spec, #tail);
             #key_fields
             #(#arg_calls)*
             #approval_call
@@ -356,16 +357,31 @@ fn read_only_body(c: &Contract, n: &Names, block: &syn::Block) -> TokenStream {
     }
 }
 
-/// `CallBuilder::key_field` for every key field, in JCS order, each spanned at
+/// The end of the tool's key document after its scope, `,"tool":"<name>","version":<n>}`
+/// (`key::key_tail` in the runtime, which checks it in debug builds): written out here so a
+/// call does not encode it. A tool name is `A-Z a-z 0-9 _ - .` only, which JSON never
+/// escapes.
+fn key_tail(c: &Contract) -> Literal {
+    Literal::string(&format!(
+        ",\"tool\":\"{}\",\"version\":{}}}",
+        c.name, c.version
+    ))
+}
+
+/// `CallBuilder::key_member` for every key field, in JCS order, each spanned at
 /// the path in the attribute so a missing `Serialize` lands there.
 fn key_field_calls(c: &Contract, builder: &Ident) -> TokenStream {
     c.key_fields
         .iter()
         .map(|field| {
             let span = first_span(&field.tokens);
-            let path = Literal::string(&field.path());
+            let path = field.path();
+            // The member's canonical name, `"<path>":`: a path is Rust identifiers and
+            // tuple indexes joined by `.`, none of which JSON escapes.
+            let member = Literal::string(&format!("\"{path}\":"));
+            let path = Literal::string(&path);
             let tokens = &field.tokens;
-            quote_spanned!(span=> #builder.key_field(#path, &#tokens);)
+            quote_spanned!(span=> #builder.key_member(#member, #path, &#tokens);)
         })
         .collect()
 }
@@ -534,6 +550,7 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
     // refuses (the size limit, values without a JSON form).
     let arg_names: Vec<&Ident> = json.iter().map(|p| p.ident).collect();
     let key_fields = key_field_calls(c, builder);
+    let tail = key_tail(c);
     let arg_calls: TokenStream = json.iter().map(|p| arg_call(p, builder)).collect();
     let key_of_item = match c.kind {
         Kind::Mutating => quote! {
@@ -542,7 +559,7 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
             ) -> ::core::result::Result<::std::string::String, #p::Error> {
                 let #decoded: #args = #p::decode_tool_args(&#spec, &#schema_cell, #input_schema, #value)?;
                 let #args { #(#arg_names,)* } = #decoded;
-                let mut #builder = #p::CallBuilder::new(&#spec);
+                let mut #builder = #p::CallBuilder::keyed(&#spec, #tail);
                 #key_fields
                 #arg_calls
                 #builder.key()

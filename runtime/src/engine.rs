@@ -44,6 +44,9 @@ pub struct CallBuilder {
     args: Vec<u8>,
     /// Whether the call waits for approval (the tool's rule, then its policy function).
     approval: bool,
+    /// The key document's end as `#[mutating_tool]` encoded it ([`key::key_tail`]), or
+    /// `None` to encode it from the spec.
+    tail: Option<&'static str>,
 }
 
 impl CallBuilder {
@@ -61,7 +64,17 @@ impl CallBuilder {
             error: None,
             args,
             approval: crate::approval::required_by_rule(spec),
+            tail: None,
         }
+    }
+
+    /// [`new`](Self::new) with the end of the key document already encoded: `tail` is
+    /// [`key::key_tail`] of the spec's name and version, which `#[mutating_tool]` writes
+    /// out at compile time so a call does not encode it again.
+    pub fn keyed(spec: &'static ToolSpec, tail: &'static str) -> Self {
+        let mut builder = Self::new(spec);
+        builder.tail = Some(tail);
+        builder
     }
 
     /// `approval = policy`: the policy function's answer for this call's arguments.
@@ -75,6 +88,24 @@ impl CallBuilder {
             return;
         }
         if let Err(e) = self.key.field(path, value) {
+            self.error = Some(key_field_error(self.spec, e));
+        }
+    }
+
+    /// [`key_field`](Self::key_field) with the member's name already encoded (`member` is
+    /// `"<path>":`, written out by `#[mutating_tool]`; see [`KeyBuilder::field_member`]).
+    /// Inlined, so the member's length is a constant where it is copied.
+    #[inline]
+    pub fn key_member<T: ?Sized + Serialize>(
+        &mut self,
+        member: &'static str,
+        path: &'static str,
+        value: &T,
+    ) {
+        if self.error.is_some() {
+            return;
+        }
+        if let Err(e) = self.key.field_member(member, path, value) {
             self.error = Some(key_field_error(self.spec, e));
         }
     }
@@ -143,7 +174,12 @@ impl CallBuilder {
             key: None,
             message: format!("arguments are not valid UTF-8: {e}"),
         })?;
-        let key = self.key.finish(scope.as_deref(), spec.name, spec.version);
+        let key = match self.tail {
+            Some(tail) => self
+                .key
+                .finish_tail(scope.as_deref(), tail, spec.name, spec.version),
+            None => self.key.finish(scope.as_deref(), spec.name, spec.version),
+        };
         Ok(Call {
             spec,
             key,

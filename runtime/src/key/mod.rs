@@ -250,6 +250,52 @@ impl KeyBuilder {
         path: &str,
         value: &T,
     ) -> Result<(), KeyFieldError> {
+        self.field_with(path, value, |doc| {
+            write_str(doc, path);
+            doc.push(b':');
+        })
+    }
+
+    /// [`field`](Self::field) with the member's name already encoded: `member` is
+    /// `"<path>":`, the canonical string of `path` and a colon, which `#[mutating_tool]`
+    /// writes out at compile time (a path is a Rust identifier path: nothing in it is
+    /// escaped). Checked against `path` in debug builds.
+    ///
+    /// For generated code; the result is that of [`field`](Self::field).
+    ///
+    /// # Errors
+    ///
+    /// As [`field`](Self::field).
+    #[doc(hidden)]
+    #[inline]
+    pub fn field_member<T: ?Sized + Serialize>(
+        &mut self,
+        member: &'static str,
+        path: &str,
+        value: &T,
+    ) -> Result<(), KeyFieldError> {
+        #[cfg(debug_assertions)]
+        {
+            let mut expected = Vec::new();
+            write_str(&mut expected, path);
+            expected.push(b':');
+            debug_assert_eq!(
+                member.as_bytes(),
+                expected,
+                "the encoded member does not match its path"
+            );
+        }
+        self.field_with(path, value, |doc| doc.extend_from_slice(member.as_bytes()))
+    }
+
+    /// Writes one field: a comma after the first, the member's name by `name`, its value.
+    #[inline]
+    fn field_with<T: ?Sized + Serialize>(
+        &mut self,
+        path: &str,
+        value: &T,
+        name: impl FnOnce(&mut Vec<u8>),
+    ) -> Result<(), KeyFieldError> {
         #[cfg(debug_assertions)]
         {
             if let Some(last) = &self.last_path {
@@ -264,8 +310,7 @@ impl KeyBuilder {
         if self.fields > 0 {
             doc.push(b',');
         }
-        write_str(doc, path);
-        doc.push(b':');
+        name(doc);
         let value_start = doc.len();
         if let Err(source) = write_canonical_with(value, doc, scratch, true) {
             doc.truncate(mark);
@@ -311,6 +356,41 @@ impl KeyBuilder {
     #[must_use]
     pub fn finish(mut self, scope: Option<&str>, tool: &str, version: u32) -> String {
         self.close_document(scope, tool, version);
+        self.digest()
+    }
+
+    /// [`finish`](Self::finish) with the document's end already encoded: `tail` is
+    /// `,"tool":<tool>,"version":<version>}` as [`key_tail`] writes it, which
+    /// `#[mutating_tool]` writes out at compile time. Checked against `tool` and `version`
+    /// in debug builds.
+    ///
+    /// For generated code; the key is that of [`finish`](Self::finish).
+    #[doc(hidden)]
+    #[must_use]
+    pub fn finish_tail(
+        mut self,
+        scope: Option<&str>,
+        tail: &'static str,
+        tool: &str,
+        version: u32,
+    ) -> String {
+        debug_assert_eq!(
+            tail,
+            key_tail(tool, version),
+            "the encoded tail does not match its tool"
+        );
+        let doc = &mut self.bufs.doc;
+        doc.extend_from_slice(b"},\"scope\":");
+        match scope {
+            Some(scope) => write_str(doc, scope),
+            None => doc.extend_from_slice(b"null"),
+        }
+        doc.extend_from_slice(tail.as_bytes());
+        self.digest()
+    }
+
+    /// The lowercase hex SHA-256 of the closed document; the buffers go back to the thread.
+    fn digest(self) -> String {
         let mut key = String::with_capacity(64);
         push_hex(&mut key, &Sha256::digest(&self.bufs.doc));
         Spare::keep(self.bufs);
@@ -334,12 +414,29 @@ impl KeyBuilder {
             Some(scope) => write_str(doc, scope),
             None => doc.extend_from_slice(b"null"),
         }
-        doc.extend_from_slice(b",\"tool\":");
-        write_str(doc, tool);
-        doc.extend_from_slice(b",\"version\":");
-        write_u64(doc, u64::from(version));
-        doc.push(b'}');
+        write_tail(doc, tool, version);
     }
+}
+
+/// Appends the end of a key document after its scope: `,"tool":<tool>,"version":<n>}`.
+fn write_tail(doc: &mut Vec<u8>, tool: &str, version: u32) {
+    doc.extend_from_slice(b",\"tool\":");
+    write_str(doc, tool);
+    doc.extend_from_slice(b",\"version\":");
+    write_u64(doc, u64::from(version));
+    doc.push(b'}');
+}
+
+/// The end of a key document after its scope, `,"tool":<tool>,"version":<version>}`: what
+/// `#[mutating_tool]` writes out at compile time for [`KeyBuilder::finish_tail`] (and what
+/// the tests check it against).
+#[doc(hidden)]
+#[must_use]
+pub fn key_tail(tool: &str, version: u32) -> String {
+    let mut doc = Vec::new();
+    write_tail(&mut doc, tool, version);
+    // The writer emits valid UTF-8: `str`s and ASCII only.
+    String::from_utf8(doc).unwrap_or_default()
 }
 
 /// Buffers of a finished [`KeyBuilder`], kept for the next key built on the same thread so
