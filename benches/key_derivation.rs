@@ -16,29 +16,18 @@
 #[path = "common/mod.rs"]
 mod common;
 
+#[path = "common/big_cart.rs"]
+mod big_cart;
+
 use std::hint::black_box;
 use std::time::Instant;
 
+use big_cart::{big_cart, Cart};
 use criterion::{BenchmarkId, Criterion, Throughput};
 use serde::Serialize;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use tool_contracts::key::{KeyBuilder, TOOL_KEY_CONTRACT};
-
-#[derive(Serialize, Clone)]
-struct Line {
-    sku: String,
-    qty: u32,
-    price_cents: u64,
-    note: String,
-}
-
-#[derive(Serialize, Clone)]
-struct Cart {
-    id: String,
-    currency: String,
-    lines: Vec<Line>,
-}
 
 /// The same shapes with their fields declared in JCS (sorted) order: the canonical
 /// encoder then never reorders members. Same canonical bytes as `Line`/`Cart`.
@@ -69,22 +58,6 @@ fn sorted(cart: &Cart) -> SortedCart {
                 price_cents: l.price_cents,
                 qty: l.qty,
                 sku: l.sku.clone(),
-            })
-            .collect(),
-    }
-}
-
-/// About 4 KiB of canonical JSON: 40 lines of ~100 bytes.
-fn big_cart() -> Cart {
-    Cart {
-        id: "cart-8f14e45f".to_owned(),
-        currency: "EUR".to_owned(),
-        lines: (0..40)
-            .map(|i| Line {
-                sku: format!("SKU-{i:06}"),
-                qty: i % 7 + 1,
-                price_cents: 1999 + u64::from(i) * 13,
-                note: format!("gift wrap, deliver after 6pm, line {i:02} ok"),
             })
             .collect(),
     }

@@ -39,6 +39,16 @@ pub async fn never_order(user_id: u64, cart: Cart, note: String) -> Result<Strin
     Ok(format!("{user_id}/{}/{note}", cart.id))
 }
 
+/// A tool whose argument is a map of the user's own type: every call to it here is refused.
+#[mutating_tool(idempotency_key_fields = [order_id])]
+pub async fn never_bulk(
+    order_id: String,
+    carts: std::collections::BTreeMap<String, Cart>,
+) -> Result<usize, BadError> {
+    NEVER_RUNS.fetch_add(1, SeqCst);
+    Ok(carts.len() + order_id.len())
+}
+
 fn valid_args() -> Value {
     json!({"user_id": 7, "cart": {"id": "c-1", "items": ["book"]}, "note": "gift"})
 }
@@ -167,6 +177,39 @@ async fn an_unknown_nested_field_is_refused_like_a_top_level_one() {
     let key = registry().get("never_order").unwrap().key(&args);
     assert!(
         matches!(key, Err(Error::InvalidArguments { ref field, .. }) if field.as_deref() == Some("cart.gift")),
+        "{key:?}"
+    );
+    figures::passed("bad_input");
+}
+
+#[tokio::test]
+async fn an_unknown_field_in_a_map_value_is_refused_like_a_nested_one() {
+    // The values of a `BTreeMap<String, Cart>` are `Cart`s: `gift` in one of them is as
+    // undeclared as in `cart.gift`, on both the `Value` path and the text path.
+    let args = json!({"order_id": "o-1", "carts": {"a": {"id": "c-1", "items": []}, "b": {"id": "c-2", "items": [], "gift": true}}});
+    let text = serde_json::to_string(&args).unwrap();
+    let err = refused_as(None, registry().call("never_bulk", args.clone())).await;
+    let from_text = refused_as(None, registry().call_json("never_bulk", &text)).await;
+    assert_eq!(from_text, err);
+    match &err {
+        Error::InvalidArguments {
+            tool,
+            field,
+            message,
+        } => {
+            assert_eq!(tool, "never_bulk");
+            assert_eq!(field.as_deref(), Some("carts.b.gift"));
+            assert!(
+                message
+                    .contains("unknown field `gift` in `carts.b`, expected one of `id`, `items`"),
+                "{message}"
+            );
+        }
+        other => panic!("expected InvalidArguments, got {other:?}"),
+    }
+    let key = registry().get("never_bulk").unwrap().key(&args);
+    assert!(
+        matches!(key, Err(Error::InvalidArguments { ref field, .. }) if field.as_deref() == Some("carts.b.gift")),
         "{key:?}"
     );
     figures::passed("bad_input");

@@ -4,7 +4,7 @@
 //!
 //! `cargo build --release -p tool-contracts-benches --example replay_profile` then
 //! `valgrind --tool=callgrind target/release/examples/replay_profile replay 10000`
-//! (or `bare`, `registry`, `registry-text` (`Registry::call_json`), `first`, `key` (the 3-field key of `key_derivation` alone, as the macro derives it; `key-by-path` through `KeyBuilder::field`),
+//! (or `bare`, `registry`, `registry-text` (`Registry::call_json`), `first`, `key` (the 3-field key of `key_derivation` alone, as the macro derives it; `key-by-path` through `KeyBuilder::field`; `key-4k` and `key-4k-by-path` the 4 KiB key),
 //! `sizes` (the size of a call's future, which each `.await` moves); `redis` replays from
 //! a `RedisStore` at `TOOL_CONTRACTS_REDIS_URL`, key prefix `tcprofile:`; `sqlite-first` first
 //! calls on a `SqliteStore` in a scratch directory, for `strace -c -f`). `redis-conc C` replays 1,000
@@ -17,6 +17,9 @@ mod tool;
 
 #[path = "../common/load.rs"]
 mod load;
+
+#[path = "../common/big_cart.rs"]
+mod big_cart;
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -115,6 +118,8 @@ fn main() {
     } else {
         Arc::new(MemoryStore::new())
     };
+    // The 4 KiB key field of `benches/key_derivation.rs` (`key-4k`, `key-4k-by-path`).
+    let big = big_cart::big_cart();
     rt.block_on(with_store(store, async move {
         create_order(7, cart("c-42"), "gift".into())
             .await
@@ -145,6 +150,18 @@ fn main() {
                     let mut k = KeyBuilder::new(TOOL_KEY_CONTRACT);
                     k.field("amount_cents", &black_box(4999_u64)).ok();
                     k.field("cart.id", black_box("c-42")).ok();
+                    k.field("user_id", &black_box(7_u64)).ok();
+                    black_box(k.finish(None, "create_order", 1));
+                }
+                "key-4k" => {
+                    let mut k = KeyBuilder::new(TOOL_KEY_CONTRACT);
+                    k.field_member("\"cart\":", "cart", black_box(&big)).ok();
+                    k.field_member("\"user_id\":", "user_id", &black_box(7_u64)).ok();
+                    black_box(k.finish_tail(None, ",\"tool\":\"create_order\",\"version\":1}", "create_order", 1));
+                }
+                "key-4k-by-path" => {
+                    let mut k = KeyBuilder::new(TOOL_KEY_CONTRACT);
+                    k.field("cart", black_box(&big)).ok();
                     k.field("user_id", &black_box(7_u64)).ok();
                     black_box(k.finish(None, "create_order", 1));
                 }

@@ -7,7 +7,9 @@
 //! the same serde attributes) says which members each object declares; this walk checks
 //! the JSON against it before decoding. An object whose schema declares no properties, or
 //! allows others (`additionalProperties` other than `false`: maps, `serde_json::Value`),
-//! accepts any member. Alternatives (`anyOf`/`oneOf`, e.g. `Option<T>` and enums) accept
+//! accepts any member name; where `additionalProperties` is a schema (a map's values,
+//! `HashMap<String, Item>`), each member it does not list is checked against that schema,
+//! so `items.a.gift` is refused as `cart.gift` is. Alternatives (`anyOf`/`oneOf`, e.g. `Option<T>` and enums) accept
 //! a value when one of them does; `allOf` parts (e.g. `#[serde(flatten)]`) are merged.
 //!
 //! Hand-written rather than a JSON Schema validator crate: only this one rule is wanted
@@ -147,6 +149,9 @@ struct Rule {
     prefix_items: Option<Vec<usize>>,
     /// `items` (when an object schema): the schema of the other array items.
     items: Option<usize>,
+    /// `additionalProperties` (when an object schema; its own, else its `allOf` parts'
+    /// first): the schema of the members it does not list, a map's values.
+    additional: Option<usize>,
 }
 
 /// The order of [`Rule::declared`]: by length, then by bytes. A lookup then compares bytes
@@ -261,6 +266,7 @@ impl<'a> Compiler<'a> {
             .get("items")
             .filter(|s| s.is_object())
             .map(|i| self.node(i));
+        let additional = self.additional(map, 0).map(|a| self.node(a));
         let rule = Rule {
             types: types_of(map),
             alternatives,
@@ -270,6 +276,7 @@ impl<'a> Compiler<'a> {
             expected,
             prefix_items,
             items,
+            additional,
         };
         if let Some(slot) = self.nodes.get_mut(id) {
             *slot = Node::Rule(rule);
@@ -323,6 +330,22 @@ impl<'a> Compiler<'a> {
         self.parts(schema)
             .into_iter()
             .any(|part| part.is_none_or(|part| self.is_open(part, depth + 1)))
+    }
+
+    /// The schema of the members `schema` does not list: its `additionalProperties` when
+    /// that is a schema (not `true` or `false`), else the first of its `allOf` parts'.
+    fn additional(&self, schema: &'a Map<String, Value>, depth: usize) -> Option<&'a Value> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        match schema.get("additionalProperties") {
+            Some(additional) if additional.is_object() => Some(additional),
+            _ => self
+                .parts(schema)
+                .into_iter()
+                .flatten()
+                .find_map(|part| self.additional(part, depth + 1)),
+        }
     }
 
     /// Declared members of `schema` and of its `allOf` parts, in schema order, repeats
@@ -416,10 +439,10 @@ impl Members {
         depth: usize,
     ) -> Option<UnknownMember> {
         match value {
-            Value::Object(members) if rule.declares_any => {
+            Value::Object(members) if rule.declares_any || rule.additional.is_some() => {
                 for (name, member) in members {
                     let inner = Path::Member(&path, name);
-                    match rule.find(name) {
+                    match rule.find(name).or(rule.additional) {
                         Some(schema) => {
                             if let Some(found) = self.check(schema, member, inner, depth + 1) {
                                 return Some(found);
@@ -459,7 +482,8 @@ impl Members {
 
 /// By node, whether [`Members::check`] can find nothing there whatever the value: no
 /// member refused (none declared, or the object open and every declared member's schema
-/// inert) and every alternative and item schema inert. The least fixed point: a node on a
+/// inert), the schema of unlisted members (a map's values) inert if there is one, and
+/// every alternative and item schema inert. The least fixed point: a node on a
 /// cycle counts as not inert unless something else proves it, which only costs a walk.
 fn inert(nodes: &[Node]) -> Vec<bool> {
     let mut inert: Vec<bool> = nodes.iter().map(|n| matches!(n, Node::Any)).collect();
@@ -471,8 +495,9 @@ fn inert(nodes: &[Node]) -> Vec<bool> {
                 continue;
             }
             let is = |id: &usize| inert.get(*id).copied().unwrap_or(false);
-            let members =
-                !rule.declares_any || (rule.open && rule.declared.iter().all(|(_, id)| is(id)));
+            let members = (!rule.declares_any
+                || (rule.open && rule.declared.iter().all(|(_, id)| is(id))))
+                && rule.additional.iter().all(is);
             let now = members
                 && rule.alternatives.iter().flatten().all(is)
                 && rule.prefix_items.iter().flatten().all(is)
@@ -514,7 +539,11 @@ mod tests {
                 "tags": {"type": "object", "additionalProperties": {"type": "string"}},
                 "any": true,
                 "carts": {"type": "array", "items": {"$ref": "#/$defs/Cart"}},
-                "flat": {"allOf": [{"$ref": "#/$defs/Cart"}, {"properties": {"extra": {}}}]}
+                "flat": {"allOf": [{"$ref": "#/$defs/Cart"}, {"properties": {"extra": {}}}]},
+                "byId": {"type": "object", "additionalProperties": {"$ref": "#/$defs/Cart"}},
+                "deep": {"type": "object", "additionalProperties": {"type": "object", "additionalProperties": {"$ref": "#/$defs/Cart"}}},
+                "flatMap": {"type": "object", "properties": {"id": {"type": "string"}}, "additionalProperties": {"$ref": "#/$defs/Cart"}},
+                "anyMap": {"type": "object", "additionalProperties": true}
             },
             "additionalProperties": false,
             "$defs": {
@@ -688,6 +717,41 @@ mod tests {
         assert!(!two.text_is_clean(r#"{"v": {"b": 1}}"#));
         assert!(two.text_is_clean(r#"{"v": "a string is no object"}"#));
         assert_eq!(two.unknown_member(&json!({"v": {"b": 1}})), None);
+    }
+
+    #[test]
+    fn a_map_s_values_are_checked_against_its_value_schema() {
+        let s = schema();
+        let members = Members::compile(&s);
+        for clean in [
+            json!({"byId": {"a": {"id": "c"}, "b": {"items": ["x"]}}}),
+            json!({"deep": {"a": {"b": {"id": "c"}}}}),
+            json!({"flatMap": {"id": "x", "k": {"id": "c"}}}),
+            json!({"anyMap": {"a": {"anything": 1}}}),
+        ] {
+            assert_eq!(unknown_member(&s, &clean), None, "{clean}");
+            // Decided in the one pass, not deferred to the walk.
+            assert!(members.text_is_clean(&clean.to_string()), "{clean}");
+        }
+        for (args, path) in [
+            (
+                json!({"byId": {"a": {"id": "c"}, "b": {"id": "c", "gift": 1}}}),
+                "byId.b.gift",
+            ),
+            (
+                json!({"deep": {"a": {"b": {"id": "c", "gift": 1}}}}),
+                "deep.a.b.gift",
+            ),
+            (
+                json!({"flatMap": {"id": "x", "k": {"gift": 1}}}),
+                "flatMap.k.gift",
+            ),
+        ] {
+            let found = unknown_member(&s, &args).expect("refused");
+            assert_eq!(found.path, path);
+            assert_eq!(found.expected, ["id", "items"]);
+            assert!(!members.text_is_clean(&args.to_string()), "{args}");
+        }
     }
 
     #[test]

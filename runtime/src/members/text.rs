@@ -93,7 +93,7 @@ impl Members {
             // One alternative: `check` walks it, then this schema's own members and items,
             // which must then say nothing for one pass to be enough.
             let own_silent = match bit {
-                OBJECT => !rule.declares_any,
+                OBJECT => !rule.declares_any && rule.additional.is_none(),
                 _ => rule.prefix_items.is_none() && rule.items.is_none(),
             };
             if !own_silent {
@@ -274,13 +274,15 @@ impl<'de, V: Visitor<'de>> Visitor<'de> for CheckedVisitor<'_, V> {
 
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<V::Value, A::Error> {
         match self.members.step(self.node, self.depth, OBJECT) {
-            Step::Own(rule, depth) if rule.declares_any => self.inner.visit_map(CheckedMap {
-                map,
-                members: self.members,
-                rule,
-                depth,
-                next: None,
-            }),
+            Step::Own(rule, depth) if rule.declares_any || rule.additional.is_some() => {
+                self.inner.visit_map(CheckedMap {
+                    map,
+                    members: self.members,
+                    rule,
+                    depth,
+                    next: None,
+                })
+            }
             Step::Own(..) | Step::Skip => self.inner.visit_map(map),
             Step::Undecided => Err(de::Error::custom(UNDECIDED)),
         }
@@ -480,7 +482,7 @@ struct NameVisitor<'a, V> {
 
 /// What `name` is to `rule` (as in [`Members::check`]).
 fn found(rule: &Rule, name: &str) -> Found {
-    match rule.find(name) {
+    match rule.find(name).or(rule.additional) {
         Some(node) => Found::Declared(node),
         None if rule.open => Found::Open,
         None => Found::Refused,
@@ -621,11 +623,11 @@ mod tests {
             ),
             (r#"{"cart": {"id": "c"}, "aliased": {"id": "i"}}"#, true),
             (r#" {"c\u0061rt": {"\u0069d": "escaped names"}} "#, true),
-            // A map's values are not followed by the tree walk either (its schema's
-            // `additionalProperties` is not a member list): the same answer.
+            // A map's values are checked against its value schema (`additionalProperties`),
+            // in the one pass as in the tree walk: an undeclared member in one is refused.
             (
                 r#"{"cart": {"id": "c"}, "carts": {"x": {"id": "y", "z": 1}}}"#,
-                true,
+                false,
             ),
             // Undeclared members, at any depth and through every shape: refused.
             (r#"{"cart": {"id": "c", "gift": true}}"#, false),
@@ -685,6 +687,8 @@ mod tests {
             None
         );
         assert_eq!(walk(r#"{"cart": {"id": "c"}, "either": {"b": 1}}"#), None);
+        let found = walk(r#"{"cart": {"id": "c"}, "carts": {"x": {"id": "y", "z": 1}}}"#).unwrap();
+        assert_eq!(found.path, "carts.x.z");
         let found = walk(r#"{"cart": {"id": "c"}, "aliased": {"identifier": "i"}}"#).unwrap();
         assert_eq!(found.path, "aliased.identifier");
         let found = walk(r#"{"cart": {"id": "c"}, "shipping": {"standard": null}}"#).unwrap();
