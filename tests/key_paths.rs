@@ -85,6 +85,12 @@ pub async fn ship(
     Ok(parcel.id)
 }
 
+/// The same key under a name of its own and a version: the tail the macro writes out.
+#[mutating_tool(name = "ship.v2-express", version = 12, idempotency_key_fields = [parcel.id])]
+pub async fn ship_express(parcel: Parcel) -> Result<String, ShipError> {
+    Ok(parcel.id)
+}
+
 fn ship_args() -> Value {
     json!({
         "parcel": {"id": "p-1", "to": {"street": "Hauptstr. 1", "postCode": "10115"}},
@@ -171,6 +177,21 @@ fn the_key_of_a_call_is_the_key_of_the_values_at_the_published_json_paths() {
         assert_ne!(key, server, "{path}");
         assert_eq!(key, client_key("ship", None, &changed), "{path}");
     }
+}
+
+#[tokio::test]
+async fn a_named_versioned_tool_s_key_is_the_client_s_too() {
+    let args = json!({"parcel": {"id": "p-9", "to": {"street": "Ring 9", "postCode": "80331"}}});
+    let express = registry().get("ship.v2-express").unwrap();
+    assert_eq!(
+        express.key(&args).unwrap().unwrap(),
+        client_key("ship.v2-express", None, &args)
+    );
+    let scoped = with_scope("tenant-7", async { express.key(&args).unwrap().unwrap() }).await;
+    assert_eq!(
+        scoped,
+        client_key("ship.v2-express", Some("tenant-7"), &args)
+    );
 }
 
 #[tokio::test]

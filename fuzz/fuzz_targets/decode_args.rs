@@ -39,7 +39,8 @@ pub enum FuzzError {
     Contract(#[from] Error),
 }
 
-/// A tool with a few typed parameters, two of them key fields.
+/// A tool with a few typed parameters, two of them key fields (`carts`: a map whose values
+/// the members rule checks).
 #[mutating_tool(idempotency_key_fields = [user_id, cart.id])]
 pub async fn fuzz_order(
     user_id: u64,
@@ -48,8 +49,9 @@ pub async fn fuzz_order(
     shipping: Option<Shipping>,
     card: Secret<String>,
     meta: BTreeMap<String, i64>,
+    carts: Option<BTreeMap<String, Cart>>,
 ) -> Result<String, FuzzError> {
-    let _ = (amount, shipping, card, meta);
+    let _ = (amount, shipping, card, meta, carts);
     Ok(format!("{user_id}/{}", cart.id))
 }
 

@@ -543,7 +543,7 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
         }
     }
 
-    // The arguments are bound under the user's own names, so the `key_field`
+    // The arguments are bound under the user's own names, so the `key_member`
     // and `arg` calls below are token-for-token those of the function body: a
     // type that is not `Serialize` then yields one diagnostic, not two. Every
     // argument goes through `arg` as in a call, so `key` refuses what the call
@@ -859,9 +859,21 @@ mod tests {
             text.contains(r#"params : & ["user_id" , "cart" , "note"]"#),
             "{text}"
         );
-        let cart = text.find(r#"key_field ("cart.id""#).unwrap();
-        let user = text.find(r#"key_field ("user_id""#).unwrap();
+        // Each member's name and the document's end come encoded: `"cart.id":` and
+        // `,"tool":"create_order","version":1}`.
+        let cart = text
+            .find(r#"key_member ("\"cart.id\":" , "cart.id""#)
+            .unwrap();
+        let user = text
+            .find(r#"key_member ("\"user_id\":" , "user_id""#)
+            .unwrap();
         assert!(cart < user);
+        assert!(
+            text.contains(
+                r#"CallBuilder :: keyed (& __TC_SPEC , ",\"tool\":\"create_order\",\"version\":1}")"#
+            ),
+            "{text}"
+        );
         assert!(
             text.contains("Context :: get :: < Db > (__tc_ctx , & __TC_SPEC , \"db\")"),
             "{text}"

@@ -261,7 +261,8 @@ impl KeyBuilder {
     /// writes out at compile time (a path is a Rust identifier path: nothing in it is
     /// escaped). Checked against `path` in debug builds.
     ///
-    /// For generated code; the result is that of [`field`](Self::field).
+    /// For generated code, which writes `member` from the same path: a `member` that is not
+    /// `path`'s encoding gives a wrong key in release builds, silently.
     ///
     /// # Errors
     ///
@@ -364,7 +365,8 @@ impl KeyBuilder {
     /// `#[mutating_tool]` writes out at compile time. Checked against `tool` and `version`
     /// in debug builds.
     ///
-    /// For generated code; the key is that of [`finish`](Self::finish).
+    /// For generated code, which writes `tail` from the tool's own name and version: a
+    /// `tail` that is not theirs gives a wrong key in release builds, silently.
     #[doc(hidden)]
     #[must_use]
     pub fn finish_tail(

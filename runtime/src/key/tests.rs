@@ -1019,3 +1019,55 @@ fn unsorted_fields_are_caught_in_debug_builds() {
     let _ = b.field("b", &1);
     let _ = b.field("a", &1);
 }
+
+/// The generated form (`field_member`, `finish_tail`, the constant parts encoded by the
+/// macro) writes the key the by-path builder writes, for scoped and unscoped keys, several
+/// fields, odd tool names and versions.
+#[test]
+fn the_generated_form_writes_the_by_path_key() {
+    /// Tool, version, scope, fields.
+    type Case<'a> = (&'a str, u32, Option<&'a str>, &'a [(&'a str, Value)]);
+    let cases: &[Case] = &[
+        (
+            "create_order",
+            1,
+            None,
+            &[("cart.id", json!("c-42")), ("user_id", json!(7))],
+        ),
+        (
+            "ship.v2-express",
+            12,
+            Some("tenant \"7\"\n"),
+            &[("parcel.id", json!("p-1"))],
+        ),
+        (
+            "A_b-9.z",
+            u32::MAX,
+            Some(""),
+            &[("a", json!({"b": [1, 2.5, "é"]})), ("pair.0", json!(true))],
+        ),
+    ];
+    for (tool, version, scope, fields) in cases {
+        let mut by_path = KeyBuilder::new(TOOL_KEY_CONTRACT);
+        let mut generated = KeyBuilder::new(TOOL_KEY_CONTRACT);
+        for (path, value) in *fields {
+            by_path.field(path, value).expect("field");
+            // As the macro writes it: `"<path>":`, leaked to the `'static` the API takes.
+            let member: &'static str = Box::leak(format!("\"{path}\":").into_boxed_str());
+            generated
+                .field_member(member, path, value)
+                .expect("field_member");
+        }
+        let tail: &'static str = Box::leak(key_tail(tool, *version).into_boxed_str());
+        assert_eq!(
+            tail,
+            format!(",\"tool\":\"{tool}\",\"version\":{version}}}"),
+            "the tail the macro writes for {tool}"
+        );
+        assert_eq!(
+            generated.finish_tail(*scope, tail, tool, *version),
+            by_path.finish(*scope, tool, *version),
+            "{tool} {version} {scope:?}"
+        );
+    }
+}

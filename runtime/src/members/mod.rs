@@ -8,8 +8,10 @@
 //! the JSON against it before decoding. An object whose schema declares no properties, or
 //! allows others (`additionalProperties` other than `false`: maps, `serde_json::Value`),
 //! accepts any member name; where `additionalProperties` is a schema (a map's values,
-//! `HashMap<String, Item>`), each member it does not list is checked against that schema,
-//! so `items.a.gift` is refused as `cart.gift` is. Alternatives (`anyOf`/`oneOf`, e.g. `Option<T>` and enums) accept
+//! `HashMap<String, Item>`; for a map keyed by integers, the one schema its
+//! `patternProperties` give), each member it does not list is checked against that
+//! schema, so `items.a.gift` is refused as `cart.gift` is. Values given only by
+//! `unevaluatedProperties` are not followed. Alternatives (`anyOf`/`oneOf`, e.g. `Option<T>` and enums) accept
 //! a value when one of them does; `allOf` parts (e.g. `#[serde(flatten)]`) are merged.
 //!
 //! Hand-written rather than a JSON Schema validator crate: only this one rule is wanted
@@ -333,19 +335,29 @@ impl<'a> Compiler<'a> {
     }
 
     /// The schema of the members `schema` does not list: its `additionalProperties` when
-    /// that is a schema (not `true` or `false`), else the first of its `allOf` parts'.
+    /// that is a schema (not `true` or `false`: a map keyed by strings), else the one schema
+    /// all its `patternProperties` give (a map keyed by integers: schemars writes
+    /// `{"^\\d+$": V}`; a name no pattern matches is serde's to refuse), else the first of
+    /// its `allOf` parts'.
     fn additional(&self, schema: &'a Map<String, Value>, depth: usize) -> Option<&'a Value> {
         if depth > MAX_DEPTH {
             return None;
         }
-        match schema.get("additionalProperties") {
-            Some(additional) if additional.is_object() => Some(additional),
-            _ => self
-                .parts(schema)
-                .into_iter()
-                .flatten()
-                .find_map(|part| self.additional(part, depth + 1)),
+        if let Some(additional) = schema.get("additionalProperties").filter(|a| a.is_object()) {
+            return Some(additional);
         }
+        if let Some(Value::Object(patterns)) = schema.get("patternProperties") {
+            let mut values = patterns.values();
+            if let Some(first) = values.next().filter(|v| v.is_object()) {
+                if values.all(|v| v == first) {
+                    return Some(first);
+                }
+            }
+        }
+        self.parts(schema)
+            .into_iter()
+            .flatten()
+            .find_map(|part| self.additional(part, depth + 1))
     }
 
     /// Declared members of `schema` and of its `allOf` parts, in schema order, repeats
@@ -543,11 +555,16 @@ mod tests {
                 "byId": {"type": "object", "additionalProperties": {"$ref": "#/$defs/Cart"}},
                 "deep": {"type": "object", "additionalProperties": {"type": "object", "additionalProperties": {"$ref": "#/$defs/Cart"}}},
                 "flatMap": {"type": "object", "properties": {"id": {"type": "string"}}, "additionalProperties": {"$ref": "#/$defs/Cart"}},
-                "anyMap": {"type": "object", "additionalProperties": true}
+                "anyMap": {"type": "object", "additionalProperties": true},
+                "byNumber": {"type": "object", "patternProperties": {"^\\d+$": {"$ref": "#/$defs/Cart"}}, "additionalProperties": false},
+                "maybeMap": {"anyOf": [{"type": "object", "additionalProperties": {"$ref": "#/$defs/Cart"}}, {"type": "null"}]},
+                "tree": {"$ref": "#/$defs/Node"},
+                "emptyMap": {"type": "object", "additionalProperties": {}}
             },
             "additionalProperties": false,
             "$defs": {
-                "Cart": {"type": "object", "properties": {"id": {"type": "string"}, "items": {"type": "array", "items": {"type": "string"}}}}
+                "Cart": {"type": "object", "properties": {"id": {"type": "string"}, "items": {"type": "array", "items": {"type": "string"}}}},
+                "Node": {"type": "object", "properties": {"name": {"type": "string"}, "children": {"type": "object", "additionalProperties": {"$ref": "#/$defs/Node"}}}}
             }
         })
     }
@@ -728,6 +745,11 @@ mod tests {
             json!({"deep": {"a": {"b": {"id": "c"}}}}),
             json!({"flatMap": {"id": "x", "k": {"id": "c"}}}),
             json!({"anyMap": {"a": {"anything": 1}}}),
+            json!({"emptyMap": {"a": {"anything": 1}}}),
+            json!({"byNumber": {"7": {"id": "c"}}}),
+            json!({"maybeMap": {"a": {"id": "c"}}}),
+            json!({"maybeMap": null}),
+            json!({"tree": {"name": "r", "children": {"a": {"name": "a", "children": {"b": {"name": "b"}}}}}}),
         ] {
             assert_eq!(unknown_member(&s, &clean), None, "{clean}");
             // Decided in the one pass, not deferred to the walk.
@@ -746,12 +768,25 @@ mod tests {
                 json!({"flatMap": {"id": "x", "k": {"gift": 1}}}),
                 "flatMap.k.gift",
             ),
+            (
+                json!({"byNumber": {"7": {"id": "c", "gift": 1}}}),
+                "byNumber.7.gift",
+            ),
+            (json!({"maybeMap": {"a": {"gift": 1}}}), "maybeMap.a.gift"),
         ] {
             let found = unknown_member(&s, &args).expect("refused");
             assert_eq!(found.path, path);
             assert_eq!(found.expected, ["id", "items"]);
             assert!(!members.text_is_clean(&args.to_string()), "{args}");
         }
+        // A recursive map: refused at any depth, through the cycle.
+        let deep = json!({"tree": {"name": "r", "children": {"a": {"name": "a", "children": {"b": {"name": "b", "gift": 1}}}}}});
+        let found = unknown_member(&s, &deep).expect("refused");
+        assert_eq!(found.path, "tree.children.a.children.b.gift");
+        let mut expected = found.expected;
+        expected.sort();
+        assert_eq!(expected, ["children", "name"]);
+        assert!(!members.text_is_clean(&deep.to_string()));
     }
 
     #[test]
