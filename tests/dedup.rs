@@ -655,6 +655,87 @@ async fn a_stored_result_that_no_longer_decodes_is_a_codec_error_naming_the_reme
     }
 }
 
+static CLONED_DECODES: AtomicUsize = AtomicUsize::new(0);
+static OPAQUE_DECODES: AtomicUsize = AtomicUsize::new(0);
+
+/// A result that counts its decodes in `COUNTER` (a replay decodes the stored JSON).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Receipt<const COUNTER: u8> {
+    pub user_id: u64,
+    pub lines: Vec<String>,
+}
+
+impl<'de, const COUNTER: u8> Deserialize<'de> for Receipt<COUNTER> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Plain {
+            user_id: u64,
+            lines: Vec<String>,
+        }
+        let counter = if COUNTER == 0 {
+            &CLONED_DECODES
+        } else {
+            &OPAQUE_DECODES
+        };
+        counter.fetch_add(1, SeqCst);
+        let Plain { user_id, lines } = Plain::deserialize(d)?;
+        Ok(Receipt { user_id, lines })
+    }
+}
+
+/// The same result without `Clone`.
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+pub struct OpaqueReceipt(Receipt<1>);
+
+/// A tool whose result is `Clone`: a hot key's replays may clone a kept copy.
+#[mutating_tool(idempotency_key_fields = [user_id])]
+pub async fn cloned_receipt(user_id: u64) -> Result<Receipt<0>, ShopError> {
+    Ok(Receipt {
+        user_id,
+        lines: vec!["a".into(), "b".into()],
+    })
+}
+
+/// The same tool with a result that is not `Clone`: every replay decodes.
+#[mutating_tool(idempotency_key_fields = [user_id])]
+pub async fn opaque_receipt(user_id: u64) -> Result<OpaqueReceipt, ShopError> {
+    Ok(OpaqueReceipt(Receipt {
+        user_id,
+        lines: vec!["a".into()],
+    }))
+}
+
+#[tokio::test]
+async fn a_hot_keys_replays_clone_the_decoded_result_and_equal_a_decode() {
+    with_store(MemoryStore::new(), async {
+        let first = cloned_receipt(1).await.unwrap();
+        assert_eq!(
+            CLONED_DECODES.load(SeqCst),
+            0,
+            "a first call decodes nothing"
+        );
+        for _ in 0..10 {
+            assert_eq!(cloned_receipt(1).await.unwrap(), first);
+        }
+        // Decoded on its first two replays, cloned from this thread's copy after that.
+        assert_eq!(CLONED_DECODES.load(SeqCst), 2);
+        // Another key of the same tool: its own result, decoded (and no other's copy).
+        let other = cloned_receipt(2).await.unwrap();
+        assert_eq!(cloned_receipt(2).await.unwrap(), other);
+        assert_eq!(other.user_id, 2);
+        assert_eq!(CLONED_DECODES.load(SeqCst), 3);
+        // The kept copy is of key 1's text: key 1 still replays its own.
+        assert_eq!(cloned_receipt(1).await.unwrap(), first);
+        // A result type that is not `Clone` compiles, and decodes on every replay.
+        let opaque = opaque_receipt(1).await.unwrap();
+        for _ in 0..5 {
+            assert_eq!(opaque_receipt(1).await.unwrap(), opaque);
+        }
+        assert_eq!(OPAQUE_DECODES.load(SeqCst), 5);
+    })
+    .await;
+}
+
 /// Lists orders: read-only.
 #[read_only_tool]
 pub async fn list_orders(user_id: u64) -> Result<Vec<u64>, ShopError> {
@@ -666,6 +747,7 @@ async fn the_registry_holds_exactly_the_declared_tools_in_name_order() {
     let names: Vec<&str> = registry().iter().map(|t| t.name()).collect();
     let mut expected = vec![
         "cached_decline",
+        "cloned_receipt",
         "concurrent_order",
         "distinct_order",
         "empty_intent",
@@ -681,6 +763,7 @@ async fn the_registry_holds_exactly_the_declared_tools_in_name_order() {
         "invalid_order",
         "list_orders",
         "long_tool",
+        "opaque_receipt",
         "panicking_tool",
         "patient_tool",
         "rejecting_tool",

@@ -322,8 +322,14 @@ fn ops_statements(c: &Contract, ops: &Ident) -> TokenStream {
     let err_span = first_span(err);
     let output = quote_spanned!(ok_span=> #p::assert_output::<#ok>());
     let contract_error = quote_spanned!(err_span=> #p::assert_error::<#err>());
+    // `T: Clone` found by autoref, so a result type that is not `Clone` still compiles
+    // (its replays decode every time).
     let mut out = quote! {
-        let #ops = #p::Ops::new(#output, #contract_error);
+        let #ops = #p::Ops::new(#output, #contract_error).keeping({
+            #[allow(unused_imports)]
+            use #p::{KeepFallback as _, KeepViaClone as _};
+            (&&#p::KeepProbe::<#ok>::new()).keeper()
+        });
     };
     if c.registered() {
         // The registry shows errors through `Display` (`encode_result`, which

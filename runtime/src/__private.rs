@@ -10,6 +10,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 pub use crate::contracts::ContractEntry;
+pub use crate::decoded::Keeper;
 pub use crate::engine::{
     execute, execute_with, reconciling, Attempt, Call, CallBuilder, Codec, Ops,
 };
@@ -328,6 +329,48 @@ pub trait OutputSchemaFallback {
 
 impl<T: ?Sized> OutputSchemaFallback for OutputSchemaProbe<T> {
     fn output_schema(&self) -> Option<Value> {
+        None
+    }
+}
+
+/// Autoref specialisation: `(&&KeepProbe::<T>::new()).keeper()` is a [`Keeper`] when
+/// `T: Clone + 'static` (a hot key's replays then clone a kept result rather than decode
+/// it again), and `None` otherwise.
+pub struct KeepProbe<T>(PhantomData<T>);
+
+impl<T> KeepProbe<T> {
+    /// A probe for `T`.
+    pub const fn new() -> Self {
+        Self(PhantomData)
+    }
+}
+
+impl<T> Default for KeepProbe<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Chosen when the result type is `Clone + 'static`.
+pub trait KeepViaClone<T> {
+    /// The keeper.
+    fn keeper(&self) -> Option<Keeper<T>>;
+}
+
+impl<T: Clone + 'static> KeepViaClone<T> for &KeepProbe<T> {
+    fn keeper(&self) -> Option<Keeper<T>> {
+        Some(Keeper::cloning())
+    }
+}
+
+/// Chosen otherwise: every replay decodes.
+pub trait KeepFallback<T> {
+    /// No keeper.
+    fn keeper(&self) -> Option<Keeper<T>>;
+}
+
+impl<T> KeepFallback<T> for KeepProbe<T> {
+    fn keeper(&self) -> Option<Keeper<T>> {
         None
     }
 }

@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::ambient;
 use crate::approval::Gate;
+use crate::decoded::{self, Keeper};
 use crate::error::Error;
 use crate::key::{self, KeyBuilder, KeyFieldError};
 use crate::lease::{self, Acquired, Lease, OnBusy, Policy};
@@ -585,6 +586,9 @@ pub struct Ops<T, E> {
     contract_error: fn(Error) -> E,
     /// `Some`: an `Err` is stored and replayed; `None`: it releases the key (the default).
     stored_errors: Option<Codec<E>>,
+    /// `Some` when `T: Clone`: a hot key's replays clone a decoded result kept per thread
+    /// rather than decode it again ([`decoded`](crate::decoded)).
+    keeper: Option<Keeper<T>>,
 }
 
 impl<T, E> Clone for Ops<T, E> {
@@ -601,7 +605,14 @@ impl<T, E> Ops<T, E> {
             output,
             contract_error,
             stored_errors: None,
+            keeper: None,
         }
+    }
+
+    /// The result type's [`Keeper`] when it is `Clone` (`__private::KeepProbe`).
+    pub const fn keeping(mut self, keeper: Option<Keeper<T>>) -> Self {
+        self.keeper = keeper;
+        self
     }
 
     /// `cache_errors = true`: an `Err` is stored and replayed like an `Ok`.
@@ -1194,7 +1205,8 @@ fn replay<T, E>(call: &Call, ops: &Ops<T, E>, record: &Record) -> Result<T, Repl
         ))
     };
     if !is_error {
-        return ops.output.decode(result).map_err(|e| stale("result", e));
+        return decoded::decode(call.spec, ops.keeper, &ops.output, result)
+            .map_err(|e| stale("result", e));
     }
     match ops.stored_errors.map(|errors| errors.decode(result)) {
         Some(Ok(e)) => Err(Replayed::Tool(e)),

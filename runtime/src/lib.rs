@@ -33,6 +33,7 @@ pub(crate) use lowercase_names;
 mod ambient;
 pub mod approval;
 mod contracts;
+mod decoded;
 #[cfg(feature = "http-client")]
 pub mod downstream;
 mod engine;

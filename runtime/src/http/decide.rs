@@ -14,7 +14,7 @@ use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{OriginalUri, Path, State};
 use axum::http::request::Parts;
-use axum::http::{header, HeaderName, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::Value;
@@ -22,7 +22,7 @@ use serde_json::Value;
 use super::html::{Asking, Who};
 use super::{
     headers, json_response, not_found, operation_path, respond_problem, with_vary, HttpTools,
-    Problem, ProblemType, Rejection, Tools, OUTCOME_HEADER,
+    Problem, ProblemType, Rejection, Tools, OUTCOME_NAME,
 };
 use crate::approval::{self, channel, ApprovalState, Verdict};
 use crate::error::Error;
@@ -168,10 +168,9 @@ async fn decision(
         }
     };
     if let Some(outcome) = outcome {
-        response.headers_mut().insert(
-            HeaderName::from_static(OUTCOME_HEADER),
-            HeaderValue::from_static(outcome.as_str()),
-        );
+        response
+            .headers_mut()
+            .insert(OUTCOME_NAME, super::outcome_value(outcome));
     }
     with_vary(response)
 }

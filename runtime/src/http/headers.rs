@@ -78,6 +78,16 @@ static PREFER: header::HeaderName = header::HeaderName::from_static("prefer");
 /// answer instead of the redirect. Preferences are comma-separated, each `token[=value]`
 /// with optional `;` parameters; names are case-insensitive.
 pub(super) fn prefers_representation(headers: &HeaderMap) -> bool {
+    let mut values = headers.get_all(&PREFER).iter();
+    // What nearly every client that asks sends, recognised without splitting.
+    if let (Some(only), None) = (values.next(), values.next()) {
+        if only
+            .as_bytes()
+            .eq_ignore_ascii_case(b"return=representation")
+        {
+            return true;
+        }
+    }
     headers
         .get_all(&PREFER)
         .iter()
@@ -194,7 +204,9 @@ pub(super) fn is_cross_origin(method: &Method, headers: &HeaderMap, trusted: &[S
     if origin.is_some_and(|o| trusted.iter().any(|t| t.eq_ignore_ascii_case(o))) {
         return false;
     }
-    if let Some(site) = headers.get("sec-fetch-site") {
+    // A `static` name: `get` with a `&str` parses and lower-cases it on every call.
+    static SEC_FETCH_SITE: header::HeaderName = header::HeaderName::from_static("sec-fetch-site");
+    if let Some(site) = headers.get(&SEC_FETCH_SITE) {
         return !matches!(site.to_str(), Ok("same-origin" | "none"));
     }
     let Some(origin) = origin else {
@@ -255,6 +267,13 @@ mod tests {
         assert!(!prefers("return=minimal"));
         assert!(!prefers("wait=10"));
         assert!(!prefers_representation(&HeaderMap::new()));
+        // The one-value fast path and the parse agree: any case, or in a second header.
+        assert!(prefers("Return=Representation"));
+        assert!(!prefers("return=representations"));
+        assert!(prefers_representation(&headers(&[
+            ("prefer", "wait=10"),
+            ("prefer", "return=representation"),
+        ])));
     }
 
     #[test]

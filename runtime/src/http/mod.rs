@@ -54,7 +54,7 @@ use serde_json::{Map, Value};
 use crate::ambient::{client_scope, with_scope, with_store};
 use crate::error::Error;
 use crate::operation::{Operation, OperationState};
-use crate::registry::{CallArgs, CallResult, Registry, ToolDescriptor, ToolOutput};
+use crate::registry::{CallArgs, CallResult, Outcome, Registry, ToolDescriptor, ToolOutput};
 use crate::store::Store;
 
 mod decide;
@@ -85,6 +85,30 @@ pub use ::axum;
 /// The response header that says how a tool call came by its result: `executed`,
 /// `replayed` or `reconciled` ([`Outcome`](crate::Outcome)'s names, as MCP's `_meta`).
 pub const OUTCOME_HEADER: &str = "tool-contracts-outcome";
+
+// Header names and values every answer sends, validated once at compile time:
+// `HeaderName::from_static` and `HeaderValue::from_static` called at run time check each
+// byte on every call (a few hundred instructions a replay).
+/// [`OUTCOME_HEADER`] as a header name.
+const OUTCOME_NAME: HeaderName = HeaderName::from_static(OUTCOME_HEADER);
+/// `Preference-Applied` (RFC 7240).
+const PREFERENCE_APPLIED: HeaderName = HeaderName::from_static("preference-applied");
+/// `Preference-Applied: return=representation`.
+const RETURN_REPRESENTATION: HeaderValue = HeaderValue::from_static("return=representation");
+/// `Content-Type: application/json`.
+const APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");
+
+/// The [`OUTCOME_HEADER`] value of `outcome`.
+fn outcome_value(outcome: Outcome) -> HeaderValue {
+    const EXECUTED: HeaderValue = HeaderValue::from_static("executed");
+    const REPLAYED: HeaderValue = HeaderValue::from_static("replayed");
+    const RECONCILED: HeaderValue = HeaderValue::from_static("reconciled");
+    match outcome {
+        Outcome::Executed => EXECUTED,
+        Outcome::Replayed => REPLAYED,
+        Outcome::Reconciled => RECONCILED,
+    }
+}
 
 /// The default of [`HttpTools::with_max_body_bytes`]: 2 MiB, twice the default
 /// argument limit ([`DEFAULT_MAX_ARGUMENT_BYTES`](crate::DEFAULT_MAX_ARGUMENT_BYTES)), room
@@ -535,10 +559,7 @@ fn answer(output: ToolOutput<CallResult>, prefix: &str, representation: bool) ->
         return result_response(value);
     };
     let location = operation_path(prefix, &key);
-    let outcome = (
-        HeaderName::from_static(OUTCOME_HEADER),
-        HeaderValue::from_static(outcome.as_str()),
-    );
+    let outcome = (OUTCOME_NAME, outcome_value(outcome));
     let Ok(location) = HeaderValue::from_str(&location) else {
         // Keys are hex and a prefix found in a request path is a valid header: only a base
         // path set with characters a header cannot carry gets here.
@@ -551,11 +572,9 @@ fn answer(output: ToolOutput<CallResult>, prefix: &str, representation: bool) ->
     if representation {
         let mut response = result_response(value);
         let headers = response.headers_mut();
+        headers.reserve(3);
         headers.insert(header::CONTENT_LOCATION, location);
-        headers.insert(
-            HeaderName::from_static("preference-applied"),
-            HeaderValue::from_static("return=representation"),
-        );
+        headers.insert(PREFERENCE_APPLIED, RETURN_REPRESENTATION);
         headers.insert(outcome.0, outcome.1);
         return response;
     }
@@ -765,10 +784,7 @@ fn result_response(result: CallResult) -> Response {
         CallResult::Value(value) => json_response(StatusCode::OK, &value),
         CallResult::Text(text) => (
             StatusCode::OK,
-            [(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            )],
+            [(header::CONTENT_TYPE, APPLICATION_JSON)],
             text,
         )
             .into_response(),
@@ -778,15 +794,7 @@ fn result_response(result: CallResult) -> Response {
 fn json_response(status: StatusCode, value: &Value) -> Response {
     // `to_vec` writes straight into the buffer; `to_string` goes through `fmt::Display`.
     let body = serde_json::to_vec(value).unwrap_or_default();
-    (
-        status,
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )],
-        body,
-    )
-        .into_response()
+    (status, [(header::CONTENT_TYPE, APPLICATION_JSON)], body).into_response()
 }
 
 fn html_response(status: StatusCode, page: String) -> Response {

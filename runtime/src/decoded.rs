@@ -1,0 +1,244 @@
+//! A replay's stored result kept decoded, per thread, for the replays of a hot key.
+//!
+//! A replay decodes the stored result's JSON into the tool's type every time; for a key
+//! replayed over and over (a retry loop, a herd of duplicates) that decode is the largest
+//! cost left after the key's hash. When the result type is `Clone` (found at compile time,
+//! [`__private::KeepProbe`](crate::__private::KeepProbe)), each thread keeps the value it
+//! decoded for one stored text, and a replay of *the same stored text for the same tool*
+//! hands back a clone instead of decoding again.
+//!
+//! What it never changes: which record is replayed, and whether. The store, the scope,
+//! the expiry and the arguments' check have all answered before a result is decoded;
+//! this only replaces `serde_json::from_str(text)` by a clone of an earlier
+//! `serde_json::from_str(text)` of byte-identical `text`. So there is nothing to
+//! invalidate: a record removed, expired or rewritten is not handed to the decode at all,
+//! and another text is another entry.
+//!
+//! Bounds: one entry per thread, kept only on the second decode in a row of the same text
+//! for the same tool (a replay of distinct keys pays a hash of the text, not a clone), and
+//! only for results under [`KEEP_MAX_BYTES`] of JSON. A type whose `Clone` shares mutable
+//! state (an `Arc<Mutex<_>>` in a result) would share it between replays on one thread;
+//! decoding gives each replay its own (docs/guarantees.md).
+//!
+//! Written here rather than with a caching crate: the entry is keyed by the exact text and
+//! holds a value of a type known only to the tool's expansion (a `Box<dyn Any>` with the
+//! expansion's own copy function), which no general cache's API expresses more simply.
+
+use core::any::Any;
+use core::cell::RefCell;
+use core::hash::BuildHasher;
+
+use crate::engine::Codec;
+use crate::spec::ToolSpec;
+
+/// Results over this size (bytes of JSON) are decoded every time, never kept.
+pub(crate) const KEEP_MAX_BYTES: usize = 64 * 1024;
+
+/// How to keep and copy a tool's result `T`: built only for `T: Clone + 'static`
+/// ([`__private::KeepProbe`](crate::__private::KeepProbe)), as two function pointers, so
+/// the engine needs no bound of its own on `T`.
+#[doc(hidden)]
+pub struct Keeper<T> {
+    /// A clone of the kept value, if it is a `T`.
+    copy: fn(&dyn Any) -> Option<T>,
+    /// A clone of `value`, boxed for keeping.
+    keep: fn(&T) -> Box<dyn Any>,
+}
+
+impl<T> Clone for Keeper<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Keeper<T> {}
+
+impl<T: Clone + 'static> Keeper<T> {
+    /// Keeps and copies `T` by `Clone`.
+    pub(crate) const fn cloning() -> Self {
+        Self {
+            copy: |kept| kept.downcast_ref::<T>().cloned(),
+            keep: |value| Box::new(value.clone()),
+        }
+    }
+}
+
+/// The value kept on this thread: the tool it belongs to, the text it was decoded from.
+struct Kept {
+    /// The tool's spec, by address (each tool has its own `static`).
+    tool: usize,
+    text: Box<str>,
+    value: Box<dyn Any>,
+}
+
+/// This thread's entry, and what the last decode that did not keep one saw.
+#[derive(Default)]
+struct Memo {
+    /// The tool and the hash of the text of the last decode: a second decode of the same
+    /// text for the same tool keeps its value.
+    seen: Option<(usize, u64)>,
+    kept: Option<Kept>,
+}
+
+thread_local! {
+    static MEMO: RefCell<Memo> = RefCell::new(Memo::default());
+}
+
+/// The address that stands for `spec` in an entry.
+fn tool_id(spec: &'static ToolSpec) -> usize {
+    core::ptr::from_ref(spec) as usize
+}
+
+/// `text` decoded as the tool's result: a clone of the value this thread kept for the
+/// same tool and byte-identical text, else `codec`'s decode (kept on its second time in a
+/// row when `keeper` is given).
+pub(crate) fn decode<T>(
+    spec: &'static ToolSpec,
+    keeper: Option<Keeper<T>>,
+    codec: &Codec<T>,
+    text: &str,
+) -> Result<T, serde_json::Error> {
+    let Some(keeper) = keeper.filter(|_| text.len() <= KEEP_MAX_BYTES) else {
+        return codec.decode(text);
+    };
+    let tool = tool_id(spec);
+    let copy = MEMO
+        .try_with(|memo| {
+            let memo = memo.try_borrow().ok()?;
+            let kept = memo.kept.as_ref()?;
+            if kept.tool != tool || *kept.text != *text {
+                return None;
+            }
+            (keeper.copy)(&*kept.value)
+        })
+        .ok()
+        .flatten();
+    if let Some(copy) = copy {
+        return Ok(copy);
+    }
+    let value = codec.decode(text)?;
+    let hash = foldhash::fast::FixedState::with_seed(0).hash_one(text);
+    // The entry replaced, dropped after the borrow ends (its `Drop` is the user's).
+    let replaced = MEMO
+        .try_with(|memo| {
+            let mut memo = memo.try_borrow_mut().ok()?;
+            if memo.seen == Some((tool, hash)) {
+                memo.seen = None;
+                memo.kept.replace(Kept {
+                    tool,
+                    text: text.into(),
+                    value: (keeper.keep)(&value),
+                })
+            } else {
+                memo.seen = Some((tool, hash));
+                None
+            }
+        })
+        .ok()
+        .flatten();
+    drop(replaced);
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{decode, Keeper, MEMO};
+    use crate::engine::Codec;
+    use crate::spec::{SourceLocation, ToolKind, ToolSpec};
+    use core::cell::Cell;
+
+    const HERE: SourceLocation = SourceLocation {
+        module_path: module_path!(),
+        file: file!(),
+        line: line!(),
+        column: column!(),
+    };
+    static SPEC: ToolSpec = ToolSpec::fixture("decoded_a", ToolKind::Mutating, &[], &[], HERE);
+    static OTHER: ToolSpec = ToolSpec::fixture("decoded_b", ToolKind::Mutating, &[], &[], HERE);
+
+    thread_local! {
+        /// How many times [`Counted`] was decoded on this thread.
+        static DECODES: Cell<u32> = const { Cell::new(0) };
+    }
+
+    /// A result that counts its decodes.
+    #[derive(Clone, Debug, PartialEq, serde::Serialize)]
+    struct Counted(String);
+
+    impl<'de> serde::Deserialize<'de> for Counted {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            DECODES.with(|n| n.set(n.get() + 1));
+            String::deserialize(d).map(Counted)
+        }
+    }
+
+    fn decodes() -> u32 {
+        DECODES.with(Cell::get)
+    }
+
+    fn reset() {
+        MEMO.with(|m| *m.borrow_mut() = super::Memo::default());
+        DECODES.with(|n| n.set(0));
+    }
+
+    #[test]
+    fn the_same_text_is_decoded_twice_then_cloned() {
+        reset();
+        let codec = Codec::<Counted>::json();
+        let keeper = Some(Keeper::<Counted>::cloning());
+        for _ in 0..5 {
+            let value = decode(&SPEC, keeper, &codec, "\"a\"").unwrap();
+            assert_eq!(value, Counted("a".into()));
+        }
+        assert_eq!(decodes(), 2, "decoded on its first and second replay only");
+    }
+
+    #[test]
+    fn another_text_or_tool_or_no_keeper_is_decoded() {
+        reset();
+        let codec = Codec::<Counted>::json();
+        let keeper = Some(Keeper::<Counted>::cloning());
+        decode(&SPEC, keeper, &codec, "\"a\"").unwrap();
+        decode(&SPEC, keeper, &codec, "\"a\"").unwrap();
+        assert_eq!(decodes(), 2);
+        // Same tool, other text: decoded, and its own value.
+        assert_eq!(
+            decode(&SPEC, keeper, &codec, "\"b\"").unwrap(),
+            Counted("b".into())
+        );
+        assert_eq!(decodes(), 3);
+        // Other tool, the kept text: decoded.
+        assert_eq!(
+            decode(&OTHER, keeper, &codec, "\"a\"").unwrap(),
+            Counted("a".into())
+        );
+        assert_eq!(decodes(), 4);
+        // No keeper (a result type that is not `Clone`): decoded every time.
+        decode(&SPEC, None, &codec, "\"a\"").unwrap();
+        assert_eq!(decodes(), 5);
+        // The kept entry is still the first one.
+        decode(&SPEC, keeper, &codec, "\"a\"").unwrap();
+        assert_eq!(decodes(), 5);
+    }
+
+    #[test]
+    fn a_text_that_does_not_decode_is_an_error_every_time() {
+        reset();
+        let codec = Codec::<Counted>::json();
+        let keeper = Some(Keeper::<Counted>::cloning());
+        for _ in 0..3 {
+            assert!(decode(&SPEC, keeper, &codec, "42").is_err());
+        }
+    }
+
+    #[test]
+    fn large_results_are_never_kept() {
+        reset();
+        let codec = Codec::<Counted>::json();
+        let keeper = Some(Keeper::<Counted>::cloning());
+        let big = format!("\"{}\"", "x".repeat(super::KEEP_MAX_BYTES));
+        for _ in 0..3 {
+            decode(&SPEC, keeper, &codec, &big).unwrap();
+        }
+        assert_eq!(decodes(), 3);
+    }
+}
