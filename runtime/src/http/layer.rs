@@ -799,8 +799,8 @@ fn replay(record: &Record) -> Result<Response, String> {
     Ok(response)
 }
 
-/// Lowercase or uppercase hex to bytes; `None` if it is not hex. Hand-written beside
-/// [`key::push_hex`], the crate's one encoder, rather than a crate for twelve lines.
+/// Lowercase or uppercase hex to bytes; `None` if it is not hex. Hand-written rather than
+/// `const_hex::decode`, which also takes a `0x` prefix: stored text with one is not ours.
 fn unhex(text: &str) -> Option<Vec<u8>> {
     let digit = |c: u8| {
         char::from(c)

@@ -1,7 +1,8 @@
 //! Lowercase hex: the one encoder behind a key's 64 digits, the `\u00xx` escapes of
 //! control characters and [`Secret`](crate::Secret) digests.
 //!
-//! Written by hand (a 16-entry table) rather than pulling in the `hex` crate.
+//! Runs of bytes (a key's digest) go through `const-hex`; a single byte's pair (an escape)
+//! is a 16-entry table lookup, which no crate call would make cheaper.
 
 /// The hex digits, lowercase.
 const DIGITS: &[u8; 16] = b"0123456789abcdef";
@@ -12,35 +13,19 @@ pub(super) fn hex_pair(b: u8) -> [u8; 2] {
     [DIGITS[usize::from(b >> 4)], DIGITS[usize::from(b & 0x0f)]]
 }
 
-/// [`hex_pair`] of every byte, looked up rather than computed in [`push_hex`]'s loop.
-static PAIRS: [[u8; 2]; 256] = {
-    let mut table = [[0_u8; 2]; 256];
-    let mut b = 0;
-    while b < 256 {
-        table[b] = [DIGITS[b >> 4], DIGITS[b & 0x0f]];
-        b += 1;
-    }
-    table
-};
-
 /// Appends the lowercase hex of `bytes` to `out`, two digits a byte, high nibble first.
 ///
-/// The digits of up to 32 bytes (a SHA-256 digest) are written into a stack buffer and
-/// appended in one copy, rather than pushed as 64 `char`s (each a capacity check and a
-/// UTF-8 encoding).
+/// The digits of up to 32 bytes (a SHA-256 digest) are written by `const_hex` (SIMD where
+/// the CPU has it) into a stack buffer and appended in one copy.
 pub(crate) fn push_hex(out: &mut String, bytes: &[u8]) {
-    let mut pairs = [[0_u8; 2]; 32];
+    let mut digits = [0_u8; 64];
     out.reserve(2 * bytes.len());
-    for chunk in bytes.chunks(pairs.len()) {
-        for (pair, &b) in pairs.iter_mut().zip(chunk) {
-            *pair = PAIRS[usize::from(b)];
+    for chunk in bytes.chunks(digits.len() / 2) {
+        let written = digits.get_mut(..2 * chunk.len()).unwrap_or_default();
+        if const_hex::encode_to_slice(chunk, written).is_ok() {
+            // Hex digits are ASCII, so this never fails (and checks 64 bytes at most).
+            out.push_str(core::str::from_utf8(written).unwrap_or_default());
         }
-        let written = pairs
-            .as_flattened()
-            .get(..2 * chunk.len())
-            .unwrap_or_default();
-        // Hex digits are ASCII, so this never fails (and checks 64 bytes at most).
-        out.push_str(core::str::from_utf8(written).unwrap_or_default());
     }
 }
 

@@ -393,8 +393,7 @@ impl KeyBuilder {
 
     /// The lowercase hex SHA-256 of the closed document; the buffers go back to the thread.
     fn digest(self) -> String {
-        let mut key = String::with_capacity(64);
-        push_hex(&mut key, &Sha256::digest(&self.bufs.doc));
+        let key = const_hex::encode(Sha256::digest(&self.bufs.doc));
         Spare::keep(self.bufs);
         key
     }
