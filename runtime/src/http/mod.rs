@@ -83,7 +83,7 @@ pub use problem::{Problem, ProblemType, PROBLEM_JSON};
 pub use ::axum;
 
 /// The response header that says how a tool call came by its result: `executed`,
-/// `replayed` or `reconciled` ([`Outcome`](crate::Outcome)'s names, as MCP's `_meta`).
+/// `replayed` or `reconciled` ([`Outcome`]'s names, as MCP's `_meta`).
 pub const OUTCOME_HEADER: &str = "tool-contracts-outcome";
 
 // Header names and values every answer sends, validated once at compile time:
