@@ -6,7 +6,9 @@
 //! `String` note) on each iteration, through `black_box` (`args`), so the argument
 //! allocations are made in every variant and cancel out of the ratios; the registry
 //! variants build them as the `serde_json::Value` a registry caller hands over
-//! (`Registry::call`) or as the JSON text of a request body (`Registry::call_json`).
+//! (`Registry::call`) or as the JSON text of a request body (`Registry::call_json`); one
+//! more decodes that text with `serde_json` alone before the direct call, the floor of
+//! any registry taking JSON text.
 //! Async variants run N calls inside one `block_on` (criterion's `iter_custom`), so the
 //! executor's entry cost is not counted per call.
 //!
@@ -59,6 +61,20 @@ fn runtime() -> tokio::runtime::Runtime {
 /// them into the call.
 fn args(user_id: u64) -> (u64, Cart, String) {
     black_box((user_id, cart("c-42"), "gift".to_owned()))
+}
+
+/// A registry call's JSON arguments (`Registry::call_json`), as every text variant sends them.
+const ARGS_TEXT: &str = r#"{"user_id":7,"cart":{"id":"c-42","items":["book"]},"note":"gift"}"#;
+
+/// `create_order`'s arguments decoded by `serde_json` alone (its derive, unknown fields
+/// refused, no members check): the floor of any registry that decodes JSON text with
+/// `serde_json` before a direct call, measured beside ours.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlainArgs {
+    user_id: u64,
+    cart: Cart,
+    note: String,
 }
 
 fn bench(c: &mut Criterion) {
@@ -115,10 +131,23 @@ fn bench(c: &mut Criterion) {
         rt.block_on(with_store(Arc::clone(&store), async move {
             let start = Instant::now();
             for _ in 0..n {
-                let args = black_box(String::from(
-                    r#"{"user_id":7,"cart":{"id":"c-42","items":["book"]},"note":"gift"}"#,
-                ));
+                let args = black_box(String::from(ARGS_TEXT));
                 let out = registry().call_json("create_order", &args).await;
+                black_box(out.expect("replay"));
+            }
+            start.elapsed()
+        }))
+    };
+    // The floor under the text variant: the same text decoded by `serde_json` alone, then
+    // the direct call (its replay). What `call_json` costs above this is the registry's
+    // own (the members check, the dispatch, the stored text handed back).
+    let decode_then_replay = |n: u64| {
+        rt.block_on(with_store(Arc::clone(&store), async move {
+            let start = Instant::now();
+            for _ in 0..n {
+                let args = black_box(String::from(ARGS_TEXT));
+                let a: PlainArgs = serde_json::from_str(&args).expect("arguments");
+                let out = create_order(a.user_id, a.cart, a.note).await;
                 black_box(out.expect("replay"));
             }
             start.elapsed()
@@ -132,6 +161,9 @@ fn bench(c: &mut Criterion) {
     });
     g.bench_function("replay/ours_registry_text", |b| {
         b.iter_custom(registry_text_replay)
+    });
+    g.bench_function("replay/serde_json_decode_then_direct", |b| {
+        b.iter_custom(decode_then_replay)
     });
     g.bench_function("replay/cached_hit", |b| {
         let _ = cached_create_order(7, cart("c-42"), "gift".into());
@@ -179,6 +211,18 @@ fn bench(c: &mut Criterion) {
     println!(
         "{}",
         r.line("call/replay/ours_registry_text / replay/ours_memory")
+    );
+    // The text variant split in two: the decode floor over the direct replay, and ours
+    // over that floor.
+    let r = common::paired::paired(rounds, batch, decode_then_replay, replay);
+    println!(
+        "{}",
+        r.line("call/replay/serde_json_decode_then_direct / replay/ours_memory")
+    );
+    let r = common::paired::paired(rounds, batch, registry_text_replay, decode_then_replay);
+    println!(
+        "{}",
+        r.line("call/replay/ours_registry_text / replay/serde_json_decode_then_direct")
     );
 }
 

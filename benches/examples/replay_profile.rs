@@ -4,7 +4,7 @@
 //!
 //! `cargo build --release -p tool-contracts-benches --example replay_profile` then
 //! `valgrind --tool=callgrind target/release/examples/replay_profile replay 10000`
-//! (or `bare`, `registry`, `registry-text` (`Registry::call_json`), `first`, `key` (the 3-field key of `key_derivation` alone, as the macro derives it; `key-by-path` through `KeyBuilder::field`; `key-4k` and `key-4k-by-path` the 4 KiB key),
+//! (or `bare`, `registry`, `registry-text` (`Registry::call_json`), `decode-then-replay` (the same text decoded by `serde_json` alone, then the direct call), `first`, `key` (the 3-field key of `key_derivation` alone, as the macro derives it; `key-by-path` through `KeyBuilder::field`; `key-4k` and `key-4k-by-path` the 4 KiB key),
 //! `sizes` (the size of a call's future, which each `.await` moves); `redis` replays from
 //! a `RedisStore` at `TOOL_CONTRACTS_REDIS_URL`, key prefix `tcprofile:`; `sqlite-first` first
 //! calls on a `SqliteStore` in a scratch directory, for `strace -c -f`). `redis-conc C` replays 1,000
@@ -132,6 +132,21 @@ fn main() {
                 "registry" => {
                     let args = json!({"user_id": 7, "cart": {"id": "c-42", "items": ["book"]}, "note": "gift"});
                     black_box(registry().call("create_order", args).await.ok());
+                }
+                "decode-then-replay" => {
+                    // `benches/dedup_path.rs`'s floor of the text variant: `serde_json` alone
+                    // decodes the same text, then the direct call replays.
+                    #[derive(serde::Deserialize)]
+                    #[serde(deny_unknown_fields)]
+                    struct PlainArgs {
+                        user_id: u64,
+                        cart: Cart,
+                        note: String,
+                    }
+                    let args = String::from(r#"{"user_id":7,"cart":{"id":"c-42","items":["book"]},"note":"gift"}"#);
+                    if let Ok(a) = serde_json::from_str::<PlainArgs>(black_box(&args)) {
+                        black_box(create_order(a.user_id, a.cart, a.note).await.ok());
+                    }
                 }
                 "registry-text" => {
                     let args = String::from(r#"{"user_id":7,"cart":{"id":"c-42","items":["book"]},"note":"gift"}"#);
