@@ -391,8 +391,9 @@ pub(crate) struct CallReport {
     pub(crate) key: Option<String>,
     /// How the call ended, if it produced a result (executed, replayed or reconciled).
     pub(crate) outcome: Option<Outcome>,
-    /// The engine's own refusal, more precise than the tool error it became.
-    pub(crate) error: Option<Error>,
+    /// The engine's own refusal, more precise than the tool error it became (boxed: the
+    /// report is moved in and out of its task-local slot on every poll of the call).
+    pub(crate) error: Option<Box<Error>>,
     /// A replay's stored result as the store kept it, when the call takes its result as
     /// JSON text: the registry sends it on instead of encoding the decoded value again.
     pub(crate) stored: Option<String>,
@@ -741,7 +742,7 @@ where
     let mut telemetry = CallTelemetry::start(call.as_ref().map(|call| call.spec.name));
     let slot = take_report();
     let task_start = take_task_start();
-    let call = match call {
+    let mut call = match call {
         Ok(call) => call,
         Err(e) => {
             telemetry.decided(Decision::Rejected);
@@ -750,29 +751,31 @@ where
         }
     };
     telemetry.key(&call.key);
-    report(&slot, |r| r.key = Some(call.key.clone()));
-    let store = ambient::current_store();
     let mut memory = Memory::NotAsked;
+    let mut default_store = None;
     if !call.approval && !ambient::journaling() {
         let accepts = |theirs: &str| call.accepts(theirs);
         let policy = policy(&call, has_verify, task_start.is_some(), &accepts);
-        match lease::completed_now(
-            &store,
-            &call.key,
-            call.scope.as_deref(),
-            &call.args,
-            &policy,
-        ) {
+        let (answer, default) = ambient::with_current_store(|store| {
+            lease::completed_now(store, &call.key, call.scope.as_deref(), &call.args, &policy)
+        });
+        default_store = default;
+        match answer {
             Some(Acquired::Completed(record)) => {
                 let span = telemetry.span();
                 let out = telemetry::in_span(&span, || {
                     replayed(&call, &ops, &record, &slot, &mut telemetry)
                 });
+                // The call ends here: its key moves into the report rather than being copied.
+                let key = core::mem::take(&mut call.key);
+                report(&slot, |r| r.key = Some(key));
                 return Execution::Done(core::future::ready(out));
             }
             answer => memory = Memory::Answered(answer),
         }
     }
+    report(&slot, |r| r.key = Some(call.key.clone()));
+    let store = default_store.unwrap_or_else(ambient::current_store);
     let decision = Decide {
         call,
         ops,
@@ -809,7 +812,7 @@ fn failed<T, E>(
     e: Error,
 ) -> E {
     telemetry.error(e.code());
-    report(slot, |r| r.error = Some(e.clone()));
+    report(slot, |r| r.error = Some(Box::new(e.clone())));
     (ops.contract_error)(e)
 }
 

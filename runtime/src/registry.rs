@@ -564,7 +564,7 @@ impl Registry {
                 outcome: report.outcome.unwrap_or(Outcome::Executed),
             }),
             // The engine's own verdict is more precise than the tool error it became.
-            (Err(_), Some(engine_error)) => Err(engine_error),
+            (Err(_), Some(engine_error)) => Err(*engine_error),
             (Err(Error::ToolFailed { tool, message, .. }), None) => {
                 Err(Error::ToolFailed { tool, key, message })
             }
