@@ -31,7 +31,7 @@ use std::time::Instant;
 use cached::proc_macro::cached;
 use criterion::Criterion;
 use serde_json::json;
-use tool::{body, cart, create_order, BenchError, Cart, Order};
+use tool::{body, cart, create_order, BenchError, Cart, Order, PlainArgs, ARGS_TEXT};
 use tool_contracts::{registry, with_store, MemoryStore};
 
 /// The same function, bare.
@@ -61,20 +61,6 @@ fn runtime() -> tokio::runtime::Runtime {
 /// them into the call.
 fn args(user_id: u64) -> (u64, Cart, String) {
     black_box((user_id, cart("c-42"), "gift".to_owned()))
-}
-
-/// A registry call's JSON arguments (`Registry::call_json`), as every text variant sends them.
-const ARGS_TEXT: &str = r#"{"user_id":7,"cart":{"id":"c-42","items":["book"]},"note":"gift"}"#;
-
-/// `create_order`'s arguments decoded by `serde_json` alone (its derive, unknown fields
-/// refused, no members check): the floor of any registry that decodes JSON text with
-/// `serde_json` before a direct call, measured beside ours.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PlainArgs {
-    user_id: u64,
-    cart: Cart,
-    note: String,
 }
 
 fn bench(c: &mut Criterion) {

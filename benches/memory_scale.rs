@@ -20,6 +20,7 @@
 #[allow(dead_code)]
 #[path = "common/mod.rs"]
 mod common;
+#[allow(dead_code)]
 #[path = "common/tool.rs"]
 mod tool;
 

@@ -35,6 +35,24 @@ pub enum BenchError {
     Contract(#[from] tool_contracts::Error),
 }
 
+/// A registry call's JSON arguments (`Registry::call_json`), as every text variant of
+/// `dedup_path` and `replay_profile` sends them.
+pub const ARGS_TEXT: &str = r#"{"user_id":7,"cart":{"id":"c-42","items":["book"]},"note":"gift"}"#;
+
+/// `create_order`'s arguments decoded by `serde_json` alone (its derive, unknown fields
+/// refused, no members check): the floor of any registry that decodes JSON text with
+/// `serde_json` before a direct call, measured beside ours.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlainArgs {
+    /// The user.
+    pub user_id: u64,
+    /// The cart.
+    pub cart: Cart,
+    /// The note.
+    pub note: String,
+}
+
 /// The cart every call sends.
 pub fn cart(id: &str) -> Cart {
     Cart {

@@ -25,7 +25,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use serde_json::json;
-use tool::{body, cart, create_order, BenchError, Cart, Order};
+use tool::{body, cart, create_order, BenchError, Cart, Order, PlainArgs, ARGS_TEXT};
 use tool_contracts::key::{KeyBuilder, TOOL_KEY_CONTRACT};
 use tool_contracts::store::{RedisStore, Store};
 use tool_contracts::{registry, with_store, MemoryStore};
@@ -136,20 +136,13 @@ fn main() {
                 "decode-then-replay" => {
                     // `benches/dedup_path.rs`'s floor of the text variant: `serde_json` alone
                     // decodes the same text, then the direct call replays.
-                    #[derive(serde::Deserialize)]
-                    #[serde(deny_unknown_fields)]
-                    struct PlainArgs {
-                        user_id: u64,
-                        cart: Cart,
-                        note: String,
-                    }
-                    let args = String::from(r#"{"user_id":7,"cart":{"id":"c-42","items":["book"]},"note":"gift"}"#);
+                    let args = String::from(ARGS_TEXT);
                     if let Ok(a) = serde_json::from_str::<PlainArgs>(black_box(&args)) {
                         black_box(create_order(a.user_id, a.cart, a.note).await.ok());
                     }
                 }
                 "registry-text" => {
-                    let args = String::from(r#"{"user_id":7,"cart":{"id":"c-42","items":["book"]},"note":"gift"}"#);
+                    let args = String::from(ARGS_TEXT);
                     black_box(registry().call_json("create_order", black_box(&args)).await.ok());
                 }
                 "key" => {

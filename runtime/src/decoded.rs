@@ -175,16 +175,16 @@ mod tests {
         DECODES.with(Cell::get)
     }
 
-    fn reset() {
+    /// A fresh memo and count on this thread, with the codec and keeper of [`Counted`].
+    fn setup() -> (Codec<Counted>, Option<Keeper<Counted>>) {
         MEMO.with(|m| *m.borrow_mut() = super::Memo::default());
         DECODES.with(|n| n.set(0));
+        (Codec::json(), Some(Keeper::cloning()))
     }
 
     #[test]
     fn the_same_text_is_decoded_twice_then_cloned() {
-        reset();
-        let codec = Codec::<Counted>::json();
-        let keeper = Some(Keeper::<Counted>::cloning());
+        let (codec, keeper) = setup();
         for _ in 0..5 {
             let value = decode(&SPEC, keeper, &codec, "\"a\"").unwrap();
             assert_eq!(value, Counted("a".into()));
@@ -194,9 +194,7 @@ mod tests {
 
     #[test]
     fn another_text_or_tool_or_no_keeper_is_decoded() {
-        reset();
-        let codec = Codec::<Counted>::json();
-        let keeper = Some(Keeper::<Counted>::cloning());
+        let (codec, keeper) = setup();
         decode(&SPEC, keeper, &codec, "\"a\"").unwrap();
         decode(&SPEC, keeper, &codec, "\"a\"").unwrap();
         assert_eq!(decodes(), 2);
@@ -222,9 +220,7 @@ mod tests {
 
     #[test]
     fn a_text_that_does_not_decode_is_an_error_every_time() {
-        reset();
-        let codec = Codec::<Counted>::json();
-        let keeper = Some(Keeper::<Counted>::cloning());
+        let (codec, keeper) = setup();
         for _ in 0..3 {
             assert!(decode(&SPEC, keeper, &codec, "42").is_err());
         }
@@ -232,9 +228,7 @@ mod tests {
 
     #[test]
     fn large_results_are_never_kept() {
-        reset();
-        let codec = Codec::<Counted>::json();
-        let keeper = Some(Keeper::<Counted>::cloning());
+        let (codec, keeper) = setup();
         let big = format!("\"{}\"", "x".repeat(super::KEEP_MAX_BYTES));
         for _ in 0..3 {
             decode(&SPEC, keeper, &codec, &big).unwrap();
