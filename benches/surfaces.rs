@@ -29,10 +29,11 @@
 //! workers: **client and servers share the machine's two cores**, so a ratio compares the
 //! whole round trip, client work included.
 //!
-//! Bare and ours alternate within a row: bare, first calls, bare, then three rounds of
-//! (replays, bare), then the extra replay form and bare. Each of ours is against the mean of
-//! the bare windows either side; the replay's figure is the median of its three rounds
-//! (each printed), so a drift of the machine between windows moves one round, not the row.
+//! Bare and ours alternate within a row: bare, first calls, bare, then fifteen rounds of
+//! (replays, bare) in windows of a sixth of the row's (0.25 s with `--quick`), then the
+//! extra replay form and bare. Each of ours is against the mean of the bare windows either
+//! side; the replay's figure is the median of its fifteen rounds (each printed), so a
+//! drift of the machine between windows moves a few rounds, not the row.
 //! Concurrency 1 and 16 (or the comma list in `TOOL_CONTRACTS_BENCH_CONCURRENCY`).
 //! Run: `cargo bench -p tool-contracts-benches --bench surfaces` (add `-- --quick`).
 
@@ -125,9 +126,21 @@ fn row(name: &str, rate: f64, bare: f64) {
 
 /// Replay windows of ours, each between two bare windows (bare, ours, bare, ours, ...,
 /// bare): a ratio per round against the mean of the bare windows either side, so the
-/// machine's drift over the row (the bare baseline moved by up to 30% between windows ten
-/// seconds apart) enters each ratio only as much as it moves within three windows.
-const REPLAY_ROUNDS: usize = 3;
+/// machine's drift over the row (the bare baseline moved by up to 36% between windows a
+/// few seconds apart) enters each ratio only as much as it moves within three windows.
+/// Fifteen short rounds rather than three long ones (less time): with three, one slow
+/// window on either side moved the median (the 09:22 report's layer rounds 0.59-0.75x at
+/// concurrency 1 beside bare windows alternating 24k and 32k/s); adjacent short windows
+/// also see more nearly the same machine.
+const REPLAY_ROUNDS: usize = 15;
+
+/// A replay round's windows (ours and its bare), as a fraction of the row's window:
+/// [`REPLAY_ROUNDS`] rounds of two such windows (5 windows' time) take less than three
+/// rounds of full windows did (6), which pays for the extra windows' connections and MCP
+/// sessions, so `--quick` stays within its time.
+fn round_window(window: Duration) -> Duration {
+    window / 6
+}
 
 /// The median of `values` (an odd count: the middle one).
 fn median(values: &[f64]) -> f64 {
@@ -137,7 +150,7 @@ fn median(values: &[f64]) -> f64 {
 }
 
 /// One surface at one concurrency: bare, our first calls, bare, then [`REPLAY_ROUNDS`]
-/// rounds of our replays each followed by bare, then the extra replay form (if any) and
+/// rounds of our replays each followed by bare (windows of [`round_window`]), then the extra replay form (if any) and
 /// bare. The first calls and the extra form are against the mean of the bare windows
 /// either side; the replays by round (each against its two neighbours), reported as the
 /// median round with every round's figure.
@@ -166,11 +179,14 @@ async fn surface(
         base,
         made: made.max(1),
     };
+    let short = round_window(window);
     let mut rounds = Vec::with_capacity(REPLAY_ROUNDS);
     for _ in 0..REPLAY_ROUNDS {
-        let (_, replay) = measure(ours, ours_call, concurrency, window, replays).await;
+        let (_, replay) = measure(ours, ours_call, concurrency, short, replays).await;
         let before = bares.last().copied().unwrap_or(f64::NAN);
-        let after = bare_window().await;
+        let after = measure(bare, bare_call, concurrency, short, Users::Fresh { base })
+            .await
+            .1;
         bares.push(after);
         rounds.push((replay, (before + after) / 2.0));
     }
