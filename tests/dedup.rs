@@ -272,6 +272,134 @@ async fn a_registry_call_and_a_direct_call_of_one_intent_run_the_body_once() {
     assert_eq!(SHARED_RUNS.load(SeqCst), 1);
 }
 
+static TEXT_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+/// Called through `Registry::call_json`, whose replays are decided before any future is
+/// made (`__private::replay_now`).
+#[mutating_tool(idempotency_key_fields = [user_id, cart.id])]
+pub async fn text_order(user_id: u64, cart: Cart) -> Result<Order, ShopError> {
+    let n = TEXT_RUNS.fetch_add(1, SeqCst);
+    Ok(Order {
+        order_no: n,
+        user_id,
+        cart_id: cart.id,
+    })
+}
+
+/// Calls `text_order` for another user from its body: the inner call makes its own key.
+#[mutating_tool(idempotency_key_fields = [user_id])]
+pub async fn text_order_for_two(user_id: u64, other: u64) -> Result<String, ShopError> {
+    let inner = text_order(other, cart("c-two")).await?;
+    Ok(format!("{user_id}+{}", inner.user_id))
+}
+
+/// A `MemoryStore` counting how often a call asks its memory (`completed_now`) and claims.
+#[derive(Default)]
+struct Asking {
+    store: MemoryStore,
+    asked: AtomicUsize,
+    claims: AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl stores::Delegate for Asking {
+    fn inner(&self) -> &dyn tool_contracts::store::Store {
+        &self.store
+    }
+    fn completed_now(
+        &self,
+        key: &str,
+        scope: Option<&str>,
+    ) -> Option<Arc<tool_contracts::store::Record>> {
+        use tool_contracts::store::Store as _;
+        self.asked.fetch_add(1, SeqCst);
+        self.store.completed_now(key, scope)
+    }
+    async fn claim(
+        &self,
+        req: tool_contracts::store::ClaimRequest<'_>,
+    ) -> tool_contracts::store::StoreResult<tool_contracts::store::ClaimOutcome> {
+        use tool_contracts::store::Store as _;
+        self.claims.fetch_add(1, SeqCst);
+        self.store.claim(req).await
+    }
+}
+
+#[tokio::test]
+async fn a_registry_call_given_text_asks_the_store_once_and_replays_as_a_value_call_does() {
+    let store = Arc::new(stores::Wrapped(Asking::default()));
+    with_store(Arc::clone(&store), async {
+        let text = r#"{"user_id":3,"cart":{"id":"c-3","items":["book"]}}"#;
+        let args: serde_json::Value = serde_json::from_str(text).unwrap();
+        let key = stores::key_of("text_order", &args);
+
+        // A first call asks the store's memory once (the registry's entry point asks, the
+        // claim takes its answer), claims once, runs once.
+        let first = registry().call_json("text_order", text).await.unwrap();
+        assert_eq!(first.outcome, tool_contracts::Outcome::Executed);
+        assert_eq!(first.key.as_deref(), Some(key.as_str()));
+        assert_eq!(
+            store.asked.load(SeqCst),
+            1,
+            "a first call asks the memory once"
+        );
+        assert_eq!(store.claims.load(SeqCst), 1);
+
+        // Its retry is answered from memory: the stored text, the key, no claim.
+        let replay = registry().call_json("text_order", text).await.unwrap();
+        assert_eq!(replay.outcome, tool_contracts::Outcome::Replayed);
+        assert_eq!(replay.key.as_deref(), Some(key.as_str()));
+        assert_eq!(replay.value, first.value);
+        assert_eq!(store.asked.load(SeqCst), 2);
+        assert_eq!(store.claims.load(SeqCst), 1);
+
+        // The same as the `Value` form (which makes its call in the tool's own future).
+        let value = registry().call("text_order", args).await.unwrap();
+        assert_eq!(value.outcome, tool_contracts::Outcome::Replayed);
+        assert_eq!(value.key, replay.key);
+        assert_eq!(
+            value.value,
+            serde_json::from_str::<serde_json::Value>(&replay.value).unwrap()
+        );
+
+        // A call the registry's entry point refuses (an empty key field) is refused as the
+        // `Value` form refuses it: nothing asked, claimed or run.
+        let empty = r#"{"user_id":3,"cart":{"id":"","items":[]}}"#;
+        let from_text = registry().call_json("text_order", empty).await.unwrap_err();
+        let from_value = registry()
+            .call("text_order", serde_json::from_str(empty).unwrap())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(from_text, Error::InvalidArguments { .. }),
+            "{from_text}"
+        );
+        assert_eq!(from_text.to_string(), from_value.to_string());
+        assert_eq!(store.asked.load(SeqCst), 3);
+        assert_eq!(store.claims.load(SeqCst), 1);
+
+        // A tool calling a tool: each call has the key of its own arguments.
+        let outer_args = json!({"user_id": 8, "other": 9});
+        let outer = registry()
+            .call_json("text_order_for_two", &outer_args.to_string())
+            .await
+            .unwrap();
+        assert_eq!(outer.value, "\"8+9\"");
+        assert_eq!(
+            outer.key.as_deref(),
+            Some(stores::key_of("text_order_for_two", &outer_args).as_str())
+        );
+        let inner_key = stores::key_of(
+            "text_order",
+            &json!({"user_id": 9, "cart": {"id": "c-two", "items": ["book"]}}),
+        );
+        let inner = tool_contracts::operation(&inner_key).await.unwrap();
+        assert!(inner.is_some(), "the inner call ran under its own key");
+    })
+    .await;
+    assert_eq!(TEXT_RUNS.load(SeqCst), 2);
+}
+
 static INVALID_RUNS: AtomicUsize = AtomicUsize::new(0);
 
 /// Never reached by invalid arguments.
@@ -774,6 +902,8 @@ async fn the_registry_holds_exactly_the_declared_tools_in_name_order() {
         "sequential_order",
         "shared_order",
         "slow_reused_order",
+        "text_order",
+        "text_order_for_two",
     ];
     expected.sort();
     assert_eq!(names, expected);

@@ -28,6 +28,18 @@ fn first_span(tokens: &impl ToTokens) -> Span {
         .map_or_else(Span::call_site, |tt| tt.span())
 }
 
+/// Whether the tool gets a registry entry point for JSON text that replays a completed
+/// key before making any future (`__private::replay_now`, `FastFn`): a registered
+/// mutating tool whose call is made from its JSON arguments alone (no approval policy,
+/// which may read context values; no `#[context]` parameter, which the registry checks
+/// before anything else).
+fn has_fast(c: &Contract) -> bool {
+    c.registered()
+        && matches!(c.kind, Kind::Mutating)
+        && c.approval_policy.is_none()
+        && c.params.iter().all(|p| p.context.is_none())
+}
+
 /// Generated names shared by the pieces of one expansion.
 struct Names {
     spec: Ident,
@@ -221,15 +233,31 @@ fn mutating_body(c: &Contract, n: &Names, block: &syn::Block) -> TokenStream {
             ).await
         }
     };
+    let make_call = quote! {
+        let mut #builder = ::tool_contracts::__private::CallBuilder::keyed(&#spec, #tail);
+        #key_fields
+        #(#arg_calls)*
+        #approval_call
+        #builder.finish()
+    };
+    // Called through the registry's entry point for JSON text, the call is made there
+    // already (from the same arguments, by the same statements): taken, not made again.
+    let make_call = if has_fast(c) {
+        let prepared = private("__tc_prepared");
+        quote! {
+            match ::tool_contracts::__private::take_prepared(&#spec) {
+                ::core::option::Option::Some(#prepared) => #prepared,
+                ::core::option::Option::None => { #make_call }
+            }
+        }
+    } else {
+        make_call
+    };
     quote! {
         let #call = {
             #spec_static
             #registration
-            let mut #builder = ::tool_contracts::__private::CallBuilder::keyed(&#spec, #tail);
-            #key_fields
-            #(#arg_calls)*
-            #approval_call
-            #builder.finish()
+            #make_call
         };
         #ops_statements
         #run
@@ -592,16 +620,87 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
     let encoder = private("__TcEncode");
     let encode_checked = private("__TcEncodeChecked");
     let encode_unchecked = private("__TcEncodeUnchecked");
+    let run_fn = private("__tc_run");
+    let fast = private("__tc_fast");
+    let prepared = private("__tc_prepared");
+    let future = private("__tc_future");
+    let json_text = private("__tc_json");
+    let report = private("__tc_report");
+    let error = private("__tc_error");
+    let stored = private("__tc_stored");
+    let call = &n.call;
+    let fast_path = has_fast(c);
+    // The tool's future, given the call its registry entry point made (if it made one).
+    let (prepared_param, prepared_none, await_tool) = if fast_path {
+        (
+            quote!(#prepared: ::core::option::Option<::core::result::Result<#p::Call, #p::Error>>,),
+            quote!(::core::option::Option::None,),
+            quote! {
+                let #future = #fn_name(#(#call_args),*);
+                let #result = match #prepared {
+                    ::core::option::Option::Some(#prepared) => #p::with_prepared(&#spec, #prepared, #future).await,
+                    ::core::option::Option::None => #future.await,
+                };
+            },
+        )
+    } else {
+        (
+            TokenStream::new(),
+            TokenStream::new(),
+            quote!(let #result = #fn_name(#(#call_args),*).await;),
+        )
+    };
     // Spanned at the function's name: a registered tool's future must be
-    // `Send`, and that error should name the tool, not the attribute.
-    let invoke_body = quote_spanned! {fn_name.span()=>
+    // `Send`, and that error should name the tool, not the attribute. The one
+    // future both entry points return, so that error is reported once.
+    let run_body = quote_spanned! {fn_name.span()=>
         ::std::boxed::Box::pin(async move {
-            let #text = #p::CallArgs::is_text(&#value);
-            let #decoded: #args = #p::decode_tool_input(&#spec, &#schema_cell, #input_schema, #value)?;
             #lets
-            let #result = #fn_name(#(#call_args),*).await;
-            (&&#encoder(::core::cell::Cell::new(::core::option::Option::Some(#result)))).__tc_encode(#text)
+            #await_tool
+            (&&#encoder(::core::cell::Cell::new(::core::option::Option::Some(#result)))).__tc_encode(#text, ::core::option::Option::None)
         })
+    };
+    let invoke_body = quote_spanned! {fn_name.span()=>
+        let #text = #p::CallArgs::is_text(&#value);
+        match #p::decode_tool_input::<#args>(&#spec, &#schema_cell, #input_schema, #value) {
+            ::core::result::Result::Ok(#decoded) => #run_fn(#ctx, #decoded, #prepared_none #text),
+            ::core::result::Result::Err(#error) => {
+                ::std::boxed::Box::pin(::core::future::ready(::core::result::Result::Err(#error)))
+            }
+        }
+    };
+    let (fast_item, with_fast) = if fast_path {
+        let ops = &n.ops;
+        let ops_statements = ops_statements(c, ops);
+        let has_verify = c.verify.is_some();
+        let item = quote_spanned! {fn_name.span()=>
+            fn #fast<#lifetime>(
+                #ctx: &#lifetime #p::Context,
+                #json_text: &#lifetime str,
+            ) -> #p::Fast<#lifetime> {
+                let #decoded: #args = match #p::decode_tool_input(&#spec, &#schema_cell, #input_schema, #p::CallArgs::Text(#json_text)) {
+                    ::core::result::Result::Ok(#decoded) => #decoded,
+                    ::core::result::Result::Err(#error) => return #p::Fast::Refused(#error),
+                };
+                let #args { #(#arg_names,)* } = #decoded;
+                let mut #builder = #p::CallBuilder::keyed(&#spec, #tail);
+                #key_fields
+                #arg_calls
+                let #call = #builder.finish();
+                let #decoded = #args { #(#arg_names,)* };
+                #ops_statements
+                let #text = true;
+                match #p::replay_now(#call, #ops, #has_verify, |#result, #stored| {
+                    (&&#encoder(::core::cell::Cell::new(::core::option::Option::Some(#result)))).__tc_encode(#text, #stored)
+                }) {
+                    #p::Now::Done(#result, #report) => #p::Fast::Done(#result, #report),
+                    #p::Now::Run(#call) => #p::Fast::Run(#run_fn(#ctx, #decoded, ::core::option::Option::Some(#call), #text)),
+                }
+            }
+        };
+        (item, quote!(.with_fast(#fast as #p::FastFn)))
+    } else {
+        (TokenStream::new(), TokenStream::new())
     };
 
     quote! {
@@ -621,6 +720,17 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
             #invoke_body
         }
 
+        fn #run_fn<#lifetime>(
+            #ctx: &#lifetime #p::Context,
+            #decoded: #args,
+            #prepared_param
+            #text: bool,
+        ) -> #p::BoxFuture<#lifetime, ::core::result::Result<#p::CallResult, #p::Error>> {
+            #run_body
+        }
+
+        #fast_item
+
         // `encode_result` needs `T: Serialize, E: Display`. Those bounds are
         // already checked (and reported, once, at the user's types) in the
         // function body; dispatching by autoref here keeps this separate body
@@ -628,22 +738,22 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
         struct #encoder<T, E>(::core::cell::Cell<::core::option::Option<::core::result::Result<T, E>>>);
         #[allow(dead_code)]
         trait #encode_checked {
-            fn __tc_encode(&self, text: bool) -> ::core::result::Result<#p::CallResult, #p::Error>;
+            fn __tc_encode(&self, text: bool, stored: ::core::option::Option<::std::string::String>) -> ::core::result::Result<#p::CallResult, #p::Error>;
         }
         impl<T: #p::serde::Serialize, E: ::core::fmt::Display> #encode_checked for &#encoder<T, E> {
-            fn __tc_encode(&self, text: bool) -> ::core::result::Result<#p::CallResult, #p::Error> {
+            fn __tc_encode(&self, text: bool, stored: ::core::option::Option<::std::string::String>) -> ::core::result::Result<#p::CallResult, #p::Error> {
                 match self.0.take() {
-                    ::core::option::Option::Some(result) => #p::encode_result::<T, E>(&#spec, result, text),
+                    ::core::option::Option::Some(result) => #p::encode_result::<T, E>(&#spec, result, text, stored),
                     ::core::option::Option::None => ::core::unreachable!(),
                 }
             }
         }
         #[allow(dead_code)]
         trait #encode_unchecked {
-            fn __tc_encode(&self, _: bool) -> ::core::result::Result<#p::CallResult, #p::Error>;
+            fn __tc_encode(&self, _: bool, _: ::core::option::Option<::std::string::String>) -> ::core::result::Result<#p::CallResult, #p::Error>;
         }
         impl<T, E> #encode_unchecked for #encoder<T, E> {
-            fn __tc_encode(&self, _: bool) -> ::core::result::Result<#p::CallResult, #p::Error> {
+            fn __tc_encode(&self, _: bool, _: ::core::option::Option<::std::string::String>) -> ::core::result::Result<#p::CallResult, #p::Error> {
                 // Only selected when the bounds above fail, which is already a
                 // compile error in the tool's body.
                 ::core::unreachable!()
@@ -675,6 +785,7 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
                 #output_schema,
             )
             #with_reconcile
+            #with_fast
         }
     }
 }

@@ -12,11 +12,13 @@ use serde_json::Value;
 pub use crate::contracts::ContractEntry;
 pub use crate::decoded::Keeper;
 pub use crate::engine::{
-    execute, execute_with, reconciling, Attempt, Call, CallBuilder, Codec, Ops,
+    execute, execute_with, reconciling, replay_now, take_prepared, with_prepared, Attempt, Call,
+    CallBuilder, Codec, Now, Ops,
 };
 pub use crate::error::Error;
 pub use crate::registry::{
-    BoxFuture, CallArgs, CallResult, Context, InvokeFn, KeyOfFn, ReconcileFn, ToolDescriptor,
+    BoxFuture, CallArgs, CallResult, Context, Fast, FastFn, InvokeFn, KeyOfFn, ReconcileFn,
+    ToolDescriptor,
 };
 pub use crate::run::{CompensateFn, UndoContext};
 pub use crate::spec::{
@@ -255,6 +257,7 @@ pub fn encode_result<T: Serialize, E: Display>(
     spec: &'static ToolSpec,
     result: Result<T, E>,
     text: bool,
+    stored: Option<String>,
 ) -> Result<CallResult, Error> {
     let codec = |e: serde_json::Error| Error::Codec {
         tool: spec.name.to_owned(),
@@ -262,9 +265,9 @@ pub fn encode_result<T: Serialize, E: Display>(
         message: format!("the result cannot be encoded as JSON: {e}"),
     };
     match result {
-        // A replay's result as the store kept it (the engine decoded it to this value),
-        // else the value encoded.
-        Ok(value) if text => match crate::engine::take_stored_text() {
+        // A replay's result as the store kept it (the engine decoded it to this value:
+        // given by `replay_now`, or left in the task's report), else the value encoded.
+        Ok(value) if text => match stored.or_else(crate::engine::take_stored_text) {
             Some(stored) => Ok(CallResult::Text(stored)),
             None => serde_json::to_string(&value)
                 .map(CallResult::Text)

@@ -34,6 +34,22 @@ pub struct Call {
     args: String,
     /// Whether the call waits for a person's approval before its key is claimed.
     approval: bool,
+    /// What a registry call's [`replay_now`] already learned from the store's memory, so
+    /// the full path does not ask again.
+    asked: Option<Box<Asked>>,
+}
+
+/// The store's memory's answer for a call that [`replay_now`] could not replay, and the
+/// default store it asked (the task had none): [`start`] takes both instead of asking.
+struct Asked {
+    answer: Option<Acquired>,
+    default_store: Option<Arc<dyn Store>>,
+}
+
+impl core::fmt::Debug for Asked {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Asked").finish_non_exhaustive()
+    }
 }
 
 /// Builds a [`Call`] from the tool's arguments, by reference, before the body moves them.
@@ -188,6 +204,7 @@ impl CallBuilder {
             fingerprint: OnceLock::new(),
             args,
             approval: self.approval,
+            asked: None,
         })
     }
 }
@@ -454,25 +471,12 @@ pub(crate) fn take_stored_text() -> Option<String> {
         .flatten()
 }
 
-/// Keeps a replay's stored result text in the report, when its registry call takes text.
-fn keep_stored_text(slot: &Option<ReportSlot>, record: &Record) {
-    let RecordState::Completed {
-        result,
-        is_error: false,
-        ..
-    } = &record.state
-    else {
-        return;
-    };
-    if slot.is_some() {
-        let _ = REPORT.try_with(|scope| {
-            if let Ok(mut scope) = scope.try_borrow_mut() {
-                if scope.text {
-                    scope.report.stored = Some(result.clone());
-                }
-            }
-        });
-    }
+/// Whether this task's registry call takes its result as JSON text (so a replay keeps the
+/// stored text for it, [`CallReport::stored`]).
+fn report_wants_text() -> bool {
+    REPORT
+        .try_with(|scope| scope.try_borrow().is_ok_and(|scope| scope.text))
+        .unwrap_or(false)
 }
 
 pub(crate) fn take_report() -> Option<ReportSlot> {
@@ -722,6 +726,121 @@ impl<T, E, R: Future<Output = Result<T, E>>> Future for Execution<T, E, R> {
     }
 }
 
+/// What [`replay_now`] decided for a registry call.
+#[doc(hidden)]
+pub enum Now {
+    /// A replay answered from the store's memory: the result as the registry's entry
+    /// point encodes it, and the report the engine wrote.
+    Done(Result<crate::registry::CallResult, Error>, Report),
+    /// Not decided here: the call (or its refusal) for the tool's own future to take over
+    /// ([`with_prepared`]), with what the store's memory said, so it is not asked twice.
+    Run(Result<Call, Error>),
+}
+
+/// The engine's report of a call [`replay_now`] answered (what `Registry::call_json`
+/// reads back from its task-local report on the full path).
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct Report(pub(crate) CallReport);
+
+/// A registry call given JSON text, decided before any future is made (no boxed future,
+/// no task-local scope around one): a completed key the store answers from memory is
+/// replayed here, with `encode` turning the tool's result (and the stored text it sends
+/// on) into the registry's, exactly as [`start`] replays it (same telemetry, same
+/// report, same stored text). Anything
+/// else (a refusal, approval, a run's journal, an MCP task start, no completed record)
+/// goes back as [`Now::Run`] for the tool's own future, carrying the store's answer.
+#[doc(hidden)]
+pub fn replay_now<T, E>(
+    call: Result<Call, Error>,
+    ops: Ops<T, E>,
+    has_verify: bool,
+    encode: impl FnOnce(Result<T, E>, Option<String>) -> Result<crate::registry::CallResult, Error>,
+) -> Now {
+    let mut call = match call {
+        Ok(call) if !call.approval && !task_start_pending() && !ambient::journaling() => call,
+        other => return Now::Run(other),
+    };
+    let accepts = |theirs: &str| call.accepts(theirs);
+    let policy = policy(&call, has_verify, false, &accepts);
+    let (answer, default_store) = ambient::with_current_store(|store| {
+        lease::completed_now(store, &call.key, call.scope.as_deref(), &call.args, &policy)
+    });
+    let record = match answer {
+        Some(Acquired::Completed(record)) => record,
+        answer => {
+            call.asked = Some(Box::new(Asked {
+                answer,
+                default_store,
+            }));
+            return Now::Run(Ok(call));
+        }
+    };
+    let mut telemetry = CallTelemetry::start(Ok(call.spec.name));
+    telemetry.key(&call.key);
+    let span = telemetry.span();
+    let mut written = CallReport::default();
+    let out = telemetry::in_span(&span, || {
+        replay_counted(
+            &call,
+            &ops,
+            &record,
+            &mut telemetry,
+            Some((&mut written, true)),
+        )
+    });
+    // The call ends here: its key moves into the report rather than being copied.
+    written.key = Some(core::mem::take(&mut call.key));
+    let stored = written.stored.take();
+    Now::Done(encode(out, stored), Report(written))
+}
+
+/// Whether this task holds an MCP task start (`as_task_start`), which [`start`] takes:
+/// such a call reports a live holder at once, so it is not decided by [`replay_now`].
+fn task_start_pending() -> bool {
+    TASK_START
+        .try_with(|start| {
+            let held = start.take();
+            let pending = held.is_some();
+            start.set(held);
+            pending
+        })
+        .unwrap_or(false)
+}
+
+tokio::task_local! {
+    /// The call a registry entry point made for its tool ([`replay_now`]'s
+    /// [`Now::Run`]), for the tool's own future to take instead of making it again.
+    static PREPARED: Cell<Option<(&'static ToolSpec, Result<Call, Error>)>>;
+}
+
+/// `future` (the tool `spec`'s own, made by its registry entry point from the arguments
+/// `call` was made from) with `call` for it to take ([`take_prepared`]) on its first poll.
+#[doc(hidden)]
+pub fn with_prepared<F: Future>(
+    spec: &'static ToolSpec,
+    call: Result<Call, Error>,
+    future: F,
+) -> impl Future<Output = F::Output> {
+    PREPARED.scope(Cell::new(Some((spec, call))), future)
+}
+
+/// The call [`with_prepared`] holds for `spec`'s tool, taken (so a tool it calls makes
+/// its own); `None` outside one, or for another tool.
+#[doc(hidden)]
+pub fn take_prepared(spec: &'static ToolSpec) -> Option<Result<Call, Error>> {
+    PREPARED
+        .try_with(|prepared| match prepared.take() {
+            Some((of, call)) if core::ptr::eq(of, spec) => Some(call),
+            other => {
+                prepared.set(other);
+                None
+            }
+        })
+        .ok()
+        .flatten()
+}
+
 /// Starts a call when its future is made (in the tool's own future, on its first poll):
 /// a refusal, or a replay the store answers from memory, is decided here, synchronously,
 /// and the full path's future is built (on the heap) only for a call that needs it.
@@ -753,7 +872,15 @@ where
     telemetry.key(&call.key);
     let mut memory = Memory::NotAsked;
     let mut default_store = None;
-    if !call.approval && !ambient::journaling() {
+    if let Some(asked) = call.asked.take() {
+        // `replay_now` asked already (same policy: no task start, not journaling).
+        let Asked {
+            answer,
+            default_store: asked_default,
+        } = *asked;
+        memory = Memory::Answered(answer);
+        default_store = asked_default;
+    } else if !call.approval && !ambient::journaling() {
         let accepts = |theirs: &str| call.accepts(theirs);
         let policy = policy(&call, has_verify, task_start.is_some(), &accepts);
         let (answer, default) = ambient::with_current_store(|store| {
@@ -824,20 +951,67 @@ fn replayed<T, E>(
     slot: &Option<ReportSlot>,
     telemetry: &mut CallTelemetry,
 ) -> Result<T, E> {
-    tracing::debug!(tool = call.spec.name, key = %call.key, decision = "replayed", "tool-contracts: replayed stored result");
-    report(slot, |r| r.outcome = Some(Outcome::Replayed));
-    telemetry.decided(Decision::Replayed);
-    let replayed = replay(call, ops, record);
-    if replayed.is_ok() {
-        keep_stored_text(slot, record);
+    if slot.is_none() {
+        // A direct call: nobody reads a report.
+        return replay_counted(call, ops, record, telemetry, None);
     }
-    replayed.map_err(|e| match e {
-        Replayed::Contract(e) => failed(telemetry, slot, ops, e),
-        Replayed::Tool(e) => {
-            telemetry.error(telemetry::TOOL_ERROR);
-            e
+    let mut written = CallReport::default();
+    let text = report_wants_text();
+    let out = replay_counted(call, ops, record, telemetry, Some((&mut written, text)));
+    report(slot, |r| {
+        r.outcome = written.outcome;
+        if written.error.is_some() {
+            r.error = written.error;
         }
-    })
+        if written.stored.is_some() {
+            r.stored = written.stored;
+        }
+    });
+    out
+}
+
+/// A completed record's result as this call's answer, counted as a replay, and written
+/// into `report` if a registry call reads one (with the stored result text if it takes
+/// text, which it then sends on).
+fn replay_counted<T, E>(
+    call: &Call,
+    ops: &Ops<T, E>,
+    record: &Record,
+    telemetry: &mut CallTelemetry,
+    mut report: Option<(&mut CallReport, bool)>,
+) -> Result<T, E> {
+    tracing::debug!(tool = call.spec.name, key = %call.key, decision = "replayed", "tool-contracts: replayed stored result");
+    telemetry.decided(Decision::Replayed);
+    if let Some((r, _)) = report.as_mut() {
+        r.outcome = Some(Outcome::Replayed);
+    }
+    match replay(call, ops, record) {
+        Ok(value) => {
+            if let (
+                Some((r, true)),
+                RecordState::Completed {
+                    result,
+                    is_error: false,
+                    ..
+                },
+            ) = (report, &record.state)
+            {
+                r.stored = Some(result.clone());
+            }
+            Ok(value)
+        }
+        Err(Replayed::Contract(e)) => {
+            telemetry.error(e.code());
+            if let Some((r, _)) = report {
+                r.error = Some(Box::new(e.clone()));
+            }
+            Err((ops.contract_error)(e))
+        }
+        Err(Replayed::Tool(e)) => {
+            telemetry.error(telemetry::TOOL_ERROR);
+            Err(e)
+        }
+    }
 }
 
 /// A call on the full path (not answered from memory by [`start`]), with what `start` took

@@ -66,6 +66,22 @@ impl CallArgs<'_> {
         }
     }
 }
+/// What a mutating tool's registry entry point for JSON text ([`FastFn`]) did with a call.
+#[doc(hidden)]
+pub enum Fast<'a> {
+    /// Refused before the engine: arguments that do not decode.
+    Refused(Error),
+    /// A replay answered from the store's memory (`engine::replay_now`): no future made.
+    Done(Result<CallResult, Error>, crate::engine::Report),
+    /// The rest: the call's future, with the call already made for the tool to take.
+    Run(BoxFuture<'a, Result<CallResult, Error>>),
+}
+
+/// A mutating tool's registry entry point for JSON text: decode, make the call, and
+/// replay it at once if the store's memory holds it, else the future [`InvokeFn`] makes.
+#[doc(hidden)]
+pub type FastFn = for<'a> fn(&'a Context, &'a str) -> Fast<'a>;
+
 /// A tool's key derivation from JSON arguments.
 #[doc(hidden)]
 pub type KeyOfFn = fn(&Value) -> Result<String, Error>;
@@ -85,6 +101,7 @@ pub struct ToolDescriptor {
     input_schema: fn() -> Value,
     output_schema: fn() -> Option<Value>,
     reconcile: Option<ReconcileFn>,
+    fast: Option<FastFn>,
 }
 
 inventory::collect!(ToolDescriptor);
@@ -114,7 +131,15 @@ impl ToolDescriptor {
             input_schema,
             output_schema,
             reconcile: None,
+            fast: None,
         }
+    }
+
+    /// Adds the tool's entry point for JSON text that replays without making a future.
+    #[doc(hidden)]
+    pub const fn with_fast(mut self, fast: FastFn) -> Self {
+        self.fast = Some(fast);
+        self
     }
 
     /// Adds the tool's `verify`, used to reconcile abandoned calls.
@@ -542,10 +567,18 @@ impl Registry {
         }
         let telemetry = crate::telemetry::RegistryCall::start(tool.name());
         let text = args.is_text();
-        let mut scoped = core::pin::pin!(engine::with_report(
-            (tool.invoke)(&self.context, args),
-            text
-        ));
+        let future = match (args, tool.fast) {
+            (CallArgs::Text(json), Some(fast)) => match fast(&self.context, json) {
+                Fast::Refused(e) => {
+                    telemetry.refused(e.code());
+                    return Err(e);
+                }
+                Fast::Done(result, report) => return reported(result, report.0),
+                Fast::Run(future) => future,
+            },
+            (args, _) => (tool.invoke)(&self.context, args),
+        };
+        let mut scoped = core::pin::pin!(engine::with_report(future, text));
         let result = scoped.as_mut().await;
         let report = scoped
             .take_value()
@@ -556,20 +589,7 @@ impl Registry {
         if let (Err(e), None, None) = (&result, &report.key, &report.error) {
             telemetry.refused(e.code());
         }
-        let key = report.key;
-        match (result, report.error) {
-            (Ok(value), _) => Ok(ToolOutput {
-                value,
-                key,
-                outcome: report.outcome.unwrap_or(Outcome::Executed),
-            }),
-            // The engine's own verdict is more precise than the tool error it became.
-            (Err(_), Some(engine_error)) => Err(*engine_error),
-            (Err(Error::ToolFailed { tool, message, .. }), None) => {
-                Err(Error::ToolFailed { tool, key, message })
-            }
-            (Err(e), None) => Err(e),
-        }
+        reported(result, report)
     }
 
     /// The error for a tool `name` that is not here, with the closest name if one is close.
@@ -602,5 +622,27 @@ impl Registry {
     /// idempotency contract under `_meta`.
     pub fn to_json(&self) -> Value {
         json!({ "tools": self.tools.iter().map(|t| t.to_mcp_json()).collect::<Vec<_>>() })
+    }
+}
+
+/// A mutating tool's registry call as its caller gets it, from the entry point's result
+/// and the engine's report: the key and how the call ended, or the engine's own refusal
+/// (more precise than the tool error it became), or the tool's error with the key.
+fn reported(
+    result: Result<CallResult, Error>,
+    report: engine::CallReport,
+) -> Result<ToolOutput<CallResult>, Error> {
+    let key = report.key;
+    match (result, report.error) {
+        (Ok(value), _) => Ok(ToolOutput {
+            value,
+            key,
+            outcome: report.outcome.unwrap_or(Outcome::Executed),
+        }),
+        (Err(_), Some(engine_error)) => Err(*engine_error),
+        (Err(Error::ToolFailed { tool, message, .. }), None) => {
+            Err(Error::ToolFailed { tool, key, message })
+        }
+        (Err(e), None) => Err(e),
     }
 }

@@ -71,6 +71,12 @@ pub trait Delegate: Send + Sync + 'static {
     async fn observe(&self, key: &str) -> StoreResult<Option<Observed>> {
         self.inner().observe(key).await
     }
+
+    /// The store's memory (`Store::completed_now`): by default none, so every call of a
+    /// wrapped store claims (and meets the faults a test sets on claims).
+    fn completed_now(&self, _key: &str, _scope: Option<&str>) -> Option<Arc<Record>> {
+        None
+    }
 }
 
 /// A [`Delegate`] as a [`Store`]; derefs to it, so a test reads what its store recorded.
@@ -146,6 +152,9 @@ impl<D: Delegate> Store for Wrapped<D> {
     }
     async fn wait(&self, key: &str, timeout: Duration) {
         self.0.inner().wait(key, timeout).await
+    }
+    fn completed_now(&self, key: &str, scope: Option<&str>) -> Option<Arc<Record>> {
+        self.0.completed_now(key, scope)
     }
 }
 

@@ -479,7 +479,7 @@ mod shop {
             let (call, order, refuse) = builder(spec, &args);
             let ops = Ops::new(Codec::json(), PlaceError::from).caching_errors(Codec::json());
             let result = execute(call.finish(), ops, move || body(spec.name, order, refuse)).await;
-            encode_result(spec, result, false)
+            encode_result(spec, result, false, None)
         })
     }
 
