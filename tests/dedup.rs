@@ -274,8 +274,8 @@ async fn a_registry_call_and_a_direct_call_of_one_intent_run_the_body_once() {
 
 static TEXT_RUNS: AtomicUsize = AtomicUsize::new(0);
 
-/// Called through `Registry::call_json`, whose replays are decided before any future is
-/// made (`__private::replay_now`).
+/// Called through the registry, whose replays are decided before any future is made
+/// (`__private::replay_now`).
 #[mutating_tool(idempotency_key_fields = [user_id, cart.id])]
 pub async fn text_order(user_id: u64, cart: Cart) -> Result<Order, ShopError> {
     let n = TEXT_RUNS.fetch_add(1, SeqCst);
@@ -353,7 +353,7 @@ async fn a_registry_call_given_text_asks_the_store_once_and_replays_as_a_value_c
         assert_eq!(store.asked.load(SeqCst), 2);
         assert_eq!(store.claims.load(SeqCst), 1);
 
-        // The same as the `Value` form (which makes its call in the tool's own future).
+        // The same as the `Value` form gets (decoded from a `Value`, encoded as one).
         let value = registry().call("text_order", args).await.unwrap();
         assert_eq!(value.outcome, tool_contracts::Outcome::Replayed);
         assert_eq!(value.key, replay.key);

@@ -624,7 +624,6 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
     let fast = private("__tc_fast");
     let prepared = private("__tc_prepared");
     let future = private("__tc_future");
-    let json_text = private("__tc_json");
     let report = private("__tc_report");
     let error = private("__tc_error");
     let stored = private("__tc_stored");
@@ -676,9 +675,10 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
         let item = quote_spanned! {fn_name.span()=>
             fn #fast<#lifetime>(
                 #ctx: &#lifetime #p::Context,
-                #json_text: &#lifetime str,
+                #value: #p::CallArgs<#lifetime>,
             ) -> #p::Fast<#lifetime> {
-                let #decoded: #args = match #p::decode_tool_input(&#spec, &#schema_cell, #input_schema, #p::CallArgs::Text(#json_text)) {
+                let #text = #p::CallArgs::is_text(&#value);
+                let #decoded: #args = match #p::decode_tool_input(&#spec, &#schema_cell, #input_schema, #value) {
                     ::core::result::Result::Ok(#decoded) => #decoded,
                     ::core::result::Result::Err(#error) => return #p::Fast::Refused(#error),
                 };
@@ -689,8 +689,7 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
                 let #call = #builder.finish();
                 let #decoded = #args { #(#arg_names,)* };
                 #ops_statements
-                let #text = true;
-                match #p::replay_now(#call, #ops, #has_verify, |#result, #stored| {
+                match #p::replay_now(#call, #ops, #has_verify, #text, |#result, #stored| {
                     (&&#encoder(::core::cell::Cell::new(::core::option::Option::Some(#result)))).__tc_encode(#text, #stored)
                 }) {
                     #p::Now::Done(#result, #report) => #p::Fast::Done(#result, #report),

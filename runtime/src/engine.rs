@@ -743,18 +743,19 @@ pub enum Now {
 #[derive(Debug)]
 pub struct Report(pub(crate) CallReport);
 
-/// A registry call given JSON text, decided before any future is made (no boxed future,
-/// no task-local scope around one): a completed key the store answers from memory is
-/// replayed here, with `encode` turning the tool's result (and the stored text it sends
-/// on) into the registry's, exactly as [`start`] replays it (same telemetry, same
-/// report, same stored text). Anything
-/// else (a refusal, approval, a run's journal, an MCP task start, no completed record)
-/// goes back as [`Now::Run`] for the tool's own future, carrying the store's answer.
+/// A registry call, decided before any future is made (no boxed future, no task-local
+/// scope around one): a completed key the store answers from memory is replayed here,
+/// with `encode` turning the tool's result (and, for a caller that gave JSON text, the
+/// stored text it sends on) into the registry's, exactly as [`start`] replays it (same
+/// telemetry, same report, same stored text). Anything else (a refusal, approval, a run's
+/// journal, an MCP task start, no completed record) goes back as [`Now::Run`] for the
+/// tool's own future, carrying the store's answer.
 #[doc(hidden)]
 pub fn replay_now<T, E>(
     call: Result<Call, Error>,
     ops: Ops<T, E>,
     has_verify: bool,
+    text: bool,
     encode: impl FnOnce(Result<T, E>, Option<String>) -> Result<crate::registry::CallResult, Error>,
 ) -> Now {
     let mut call = match call {
@@ -786,7 +787,7 @@ pub fn replay_now<T, E>(
             &ops,
             &record,
             &mut telemetry,
-            Some((&mut written, true)),
+            Some((&mut written, text)),
         )
     });
     // The call ends here: its key moves into the report rather than being copied.

@@ -66,7 +66,8 @@ impl CallArgs<'_> {
         }
     }
 }
-/// What a mutating tool's registry entry point for JSON text ([`FastFn`]) did with a call.
+/// What a mutating tool's registry entry point that may replay at once ([`FastFn`]) did
+/// with a call.
 #[doc(hidden)]
 pub enum Fast<'a> {
     /// Refused before the engine: arguments that do not decode.
@@ -77,10 +78,10 @@ pub enum Fast<'a> {
     Run(BoxFuture<'a, Result<CallResult, Error>>),
 }
 
-/// A mutating tool's registry entry point for JSON text: decode, make the call, and
-/// replay it at once if the store's memory holds it, else the future [`InvokeFn`] makes.
+/// A mutating tool's registry entry point: decode, make the call, and replay it at once
+/// if the store's memory holds it, else the future [`InvokeFn`] makes.
 #[doc(hidden)]
-pub type FastFn = for<'a> fn(&'a Context, &'a str) -> Fast<'a>;
+pub type FastFn = for<'a> fn(&'a Context, CallArgs<'a>) -> Fast<'a>;
 
 /// A tool's key derivation from JSON arguments.
 #[doc(hidden)]
@@ -135,7 +136,7 @@ impl ToolDescriptor {
         }
     }
 
-    /// Adds the tool's entry point for JSON text that replays without making a future.
+    /// Adds the tool's registry entry point that replays without making a future.
     #[doc(hidden)]
     pub const fn with_fast(mut self, fast: FastFn) -> Self {
         self.fast = Some(fast);
@@ -567,8 +568,8 @@ impl Registry {
         }
         let telemetry = crate::telemetry::RegistryCall::start(tool.name());
         let text = args.is_text();
-        let future = match (args, tool.fast) {
-            (CallArgs::Text(json), Some(fast)) => match fast(&self.context, json) {
+        let future = match tool.fast {
+            Some(fast) => match fast(&self.context, args) {
                 Fast::Refused(e) => {
                     telemetry.refused(e.code());
                     return Err(e);
@@ -576,7 +577,7 @@ impl Registry {
                 Fast::Done(result, report) => return reported(result, report.0),
                 Fast::Run(future) => future,
             },
-            (args, _) => (tool.invoke)(&self.context, args),
+            None => (tool.invoke)(&self.context, args),
         };
         let mut scoped = core::pin::pin!(engine::with_report(future, text));
         let result = scoped.as_mut().await;
