@@ -28,11 +28,11 @@ fn first_span(tokens: &impl ToTokens) -> Span {
         .map_or_else(Span::call_site, |tt| tt.span())
 }
 
-/// Whether the tool gets a registry entry point for JSON text that replays a completed
-/// key before making any future (`__private::replay_now`, `FastFn`): a registered
-/// mutating tool whose call is made from its JSON arguments alone (no approval policy,
-/// which may read context values; no `#[context]` parameter, which the registry checks
-/// before anything else).
+/// Whether the tool gets a registry entry point that replays a completed key before
+/// making any future (`__private::replay_now`, `FastFn`; `Registry::call` and
+/// `call_json`): a registered mutating tool whose call is made from its JSON arguments
+/// alone (no approval policy, which may read context values; no `#[context]` parameter,
+/// which the registry checks before anything else).
 fn has_fast(c: &Contract) -> bool {
     c.registered()
         && matches!(c.kind, Kind::Mutating)
@@ -240,19 +240,26 @@ fn mutating_body(c: &Contract, n: &Names, block: &syn::Block) -> TokenStream {
         #approval_call
         #builder.finish()
     };
-    // Called through the registry's entry point for JSON text, the call is made there
-    // already (from the same arguments, by the same statements): taken, not made again.
-    let make_call = if has_fast(c) {
+    if has_fast(c) {
+        // Called through the registry's entry point that replays at once, the call is made
+        // there already (from the same arguments, by the same statements): taken, not made
+        // again. The engine's operations come from the one function that entry point uses
+        // too (`__tc_ops_of`, in `registration`), so a missing bound is checked once.
         let prepared = private("__tc_prepared");
-        quote! {
-            match ::tool_contracts::__private::take_prepared(&#spec) {
-                ::core::option::Option::Some(#prepared) => #prepared,
-                ::core::option::Option::None => { #make_call }
-            }
-        }
-    } else {
-        make_call
-    };
+        let ops_of = private("__tc_ops_of");
+        return quote! {
+            let (#call, #ops) = {
+                #spec_static
+                #registration
+                let #call = match ::tool_contracts::__private::take_prepared(&#spec) {
+                    ::core::option::Option::Some(#prepared) => #prepared,
+                    ::core::option::Option::None => { #make_call }
+                };
+                (#call, #ops_of())
+            };
+            #run
+        };
+    }
     quote! {
         let #call = {
             #spec_static
@@ -671,6 +678,8 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
     let (fast_item, with_fast) = if fast_path {
         let ops = &n.ops;
         let ops_statements = ops_statements(c, ops);
+        let ops_of = private("__tc_ops_of");
+        let (ok, err) = (c.ok, c.err);
         let has_verify = c.verify.is_some();
         let item = quote_spanned! {fn_name.span()=>
             fn #fast<#lifetime>(
@@ -688,7 +697,7 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
                 #arg_calls
                 let #call = #builder.finish();
                 let #decoded = #args { #(#arg_names,)* };
-                #ops_statements
+                let #ops = #ops_of();
                 match #p::replay_now(#call, #ops, #has_verify, #text, |#result, #stored| {
                     (&&#encoder(::core::cell::Cell::new(::core::option::Option::Some(#result)))).__tc_encode(#text, #stored)
                 }) {
@@ -697,7 +706,17 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
                 }
             }
         };
-        (item, quote!(.with_fast(#fast as #p::FastFn)))
+        // The engine's operations on `T` and `E`, for this entry point and the body alike.
+        let ops_fn = quote! {
+            fn #ops_of() -> #p::Ops<#ok, #err> {
+                #ops_statements
+                #ops
+            }
+        };
+        (
+            quote!(#item #ops_fn),
+            quote!(.with_fast(#fast as #p::FastFn)),
+        )
     } else {
         (TokenStream::new(), TokenStream::new())
     };

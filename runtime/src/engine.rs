@@ -733,12 +733,13 @@ pub enum Now {
     /// point encodes it, and the report the engine wrote.
     Done(Result<crate::registry::CallResult, Error>, Report),
     /// Not decided here: the call (or its refusal) for the tool's own future to take over
-    /// ([`with_prepared`]), with what the store's memory said, so it is not asked twice.
+    /// ([`with_prepared`]); when the store's memory was asked, with its answer, so it is
+    /// not asked twice.
     Run(Result<Call, Error>),
 }
 
-/// The engine's report of a call [`replay_now`] answered (what `Registry::call_json`
-/// reads back from its task-local report on the full path).
+/// The engine's report of a call [`replay_now`] answered (what a registry call reads
+/// back from its task-local report on the full path).
 #[doc(hidden)]
 #[derive(Debug)]
 pub struct Report(pub(crate) CallReport);
@@ -749,7 +750,7 @@ pub struct Report(pub(crate) CallReport);
 /// stored text it sends on) into the registry's, exactly as [`start`] replays it (same
 /// telemetry, same report, same stored text). Anything else (a refusal, approval, a run's
 /// journal, an MCP task start, no completed record) goes back as [`Now::Run`] for the
-/// tool's own future, carrying the store's answer.
+/// tool's own future, with the store's answer when it was asked (no completed record).
 #[doc(hidden)]
 pub fn replay_now<T, E>(
     call: Result<Call, Error>,
@@ -843,8 +844,9 @@ pub fn take_prepared(spec: &'static ToolSpec) -> Option<Result<Call, Error>> {
 }
 
 /// Starts a call when its future is made (in the tool's own future, on its first poll):
-/// a refusal, or a replay the store answers from memory, is decided here, synchronously,
-/// and the full path's future is built (on the heap) only for a call that needs it.
+/// a refusal, or a replay the store answers from memory, is decided here, synchronously
+/// (or was, by [`replay_now`], whose answer the call then carries), and the full path's
+/// future is built (on the heap) only for a call that needs it.
 fn start<T, E, A, F>(
     call: Result<Call, Error>,
     ops: Ops<T, E>,
@@ -1029,8 +1031,8 @@ struct Decide<T, E> {
     memory: Memory,
 }
 
-/// Whether [`start`] asked the store for a completed record in memory
-/// ([`lease::completed_now`]), and its answer when it could not replay it: the claim then
+/// Whether [`start`] (or [`replay_now`] before it) asked the store for a completed record
+/// in memory ([`lease::completed_now`]), and its answer when it could not replay it: the claim then
 /// uses that answer rather than asking again, so a call asks once (a near cache counts
 /// each hit, and the `otel` wrapper times each lookup).
 enum Memory {

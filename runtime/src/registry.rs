@@ -79,7 +79,8 @@ pub enum Fast<'a> {
 }
 
 /// A mutating tool's registry entry point: decode, make the call, and replay it at once
-/// if the store's memory holds it, else the future [`InvokeFn`] makes.
+/// if the store's memory holds it, else the call's future (the one [`InvokeFn`] makes,
+/// with the call already made for the tool to take).
 #[doc(hidden)]
 pub type FastFn = for<'a> fn(&'a Context, CallArgs<'a>) -> Fast<'a>;
 
