@@ -166,14 +166,15 @@ async fn surface(
     base: u64,
 ) {
     let (ours_call, bare_call) = calls;
-    let bare_window = || async {
-        measure(bare, bare_call, concurrency, window, Users::Fresh { base })
+    // The bare server alone for `length`: its calls per second.
+    let bare_window = |length: Duration| async move {
+        measure(bare, bare_call, concurrency, length, Users::Fresh { base })
             .await
             .1
     };
-    let mut bares = vec![bare_window().await];
+    let mut bares = vec![bare_window(window).await];
     let (made, first) = measure(ours, ours_call, concurrency, window, Users::Fresh { base }).await;
-    bares.push(bare_window().await);
+    bares.push(bare_window(window).await);
     let first_bare = (bares[0] + bares[1]) / 2.0;
     let replays = Users::Replay {
         base,
@@ -184,9 +185,7 @@ async fn surface(
     for _ in 0..REPLAY_ROUNDS {
         let (_, replay) = measure(ours, ours_call, concurrency, short, replays).await;
         let before = bares.last().copied().unwrap_or(f64::NAN);
-        let after = measure(bare, bare_call, concurrency, short, Users::Fresh { base })
-            .await
-            .1;
+        let after = bare_window(short).await;
         bares.push(after);
         rounds.push((replay, (before + after) / 2.0));
     }
@@ -194,7 +193,7 @@ async fn surface(
         Some((name, call)) => {
             let rate = measure(ours, call, concurrency, window, replays).await.1;
             let before = bares.last().copied().unwrap_or(f64::NAN);
-            let after = bare_window().await;
+            let after = bare_window(window).await;
             bares.push(after);
             Some((name, rate, (before + after) / 2.0))
         }
