@@ -13,6 +13,9 @@
 //!   store's shape written beforehand (a replay reads an existing record; before
 //!   2026-12-01 the replay-like script read random absent keys, an empty `HGETALL`, which
 //!   put the ceiling far above what reading a record costs).
+//! - Redis rows are measured in [`REDIS_ROUNDS`] short rounds, ours and the ceiling in
+//!   alternating order, and the median round's ratio is reported with every round's
+//!   (since 2026-12-02; one long window of each before).
 //! - PostgreSQL ceiling: a bare tokio-postgres loop, one connection per task, each call one
 //!   autocommit `INSERT` of a record-shaped row (first calls) or one primary-key `SELECT`
 //!   (replays).
@@ -52,10 +55,12 @@ use tool_contracts::{with_store, Store};
 const CONCURRENCIES: &[usize] = &[1, 16, 64];
 
 fn report(name: &str, rate: f64, ceiling: f64) {
-    println!(
-        "{name:<52} {rate:>9.0} /s  ceiling {ceiling:>9.0} /s  x{:.2}",
-        rate / ceiling
-    );
+    report_ratio(name, rate, ceiling, rate / ceiling);
+}
+
+/// A row whose ratio is not `rate / ceiling` (the median round's, [`redis_rows`]).
+fn report_ratio(name: &str, rate: f64, ceiling: f64, ratio: f64) {
+    println!("{name:<52} {rate:>9.0} /s  ceiling {ceiling:>9.0} /s  x{ratio:.2}");
 }
 
 /// First calls then replays of the keys just made, at one concurrency; returns the rates.
@@ -290,35 +295,25 @@ fn bench_redis(rt: &tokio::runtime::Runtime, mode: Mode, url: &str) {
         Mode::Quick => 40_000,
         Mode::Test => 2_000,
     };
-    let fp = "cart.id=0123456789abcdef01234567;note=0123456789abcdef01234567;user_id=0123456789abcdef01234567";
-    let args = r#"{"cart":{"id":"c-42","items":["book"]},"note":"gift","user_id":7}"#;
-    let result = r#"{"cart_id":"c-42","order_id":71,"total_cents":4999}"#;
+    let scripts = CeilingScripts {
+        claim,
+        complete,
+        replay,
+    };
     for c in common::concurrencies(CONCURRENCIES) {
-        let (first, replays) = ours(rt, &store, c, mode.window(), c as u64 * 1_000_000_000);
-        let rc = redis_benchmark(url, c, requests, &claim, &[fp, args], false, WIDE_KEYSPACE);
-        let rk = redis_benchmark(url, c, requests, &complete, &[result], false, WIDE_KEYSPACE);
-        seed_replay_records(url, fp, args, result, false);
-        let rr = redis_benchmark(url, c, requests, &replay, &[], false, REPLAY_KEYSPACE);
-        match (rc, rk, rr) {
-            (Some(rc), Some(rk), Some(rr)) => {
-                let first_ceiling = 1.0 / (1.0 / rc + 1.0 / rk);
-                report(
-                    &format!("RedisStore first call, conc {c}"),
-                    first,
-                    first_ceiling,
-                );
-                report(&format!("RedisStore replay, conc {c}"), replays, rr);
-                println!(
-                    "    redis-benchmark EVALSHA rates: claim-like {rc:.0}/s, complete-like {rk:.0}/s, replay-like {rr:.0}/s"
-                );
-            }
-            _ => {
-                println!(
-                    "!!! redis-benchmark did not run or its output was not understood: no ceiling"
-                );
-                println!("RedisStore first call, conc {c}: {first:.0} /s; replay {replays:.0} /s");
-            }
-        }
+        let base = c as u64 * 1_000_000_000;
+        redis_rows(
+            rt,
+            &store,
+            "RedisStore",
+            url,
+            c,
+            mode,
+            requests,
+            &scripts,
+            false,
+            base,
+        );
     }
     drop(store);
     rt.block_on(redis_clean(&client, "tcbench:*"));
@@ -359,46 +354,152 @@ fn bench_redis_cluster(rt: &tokio::runtime::Runtime, mode: Mode) {
         Mode::Full => 200_000,
         _ => 40_000,
     };
+    let [claim, complete, replay] = <[String; 3]>::try_from(shas).expect("three scripts");
+    let scripts = CeilingScripts {
+        claim,
+        complete,
+        replay,
+    };
+    let seed = &cluster.node_urls()[0];
+    redis_rows(
+        rt,
+        &store,
+        "RedisStore (cluster of 3)",
+        seed,
+        64,
+        mode,
+        requests,
+        &scripts,
+        true,
+        70_000_000_000,
+    );
+}
+
+/// Rounds of a Redis row: ours and the ceiling measured in turn, this many times.
+///
+/// One long window of ours followed by the ceiling's (the method before 2026-12-02) let
+/// the machine's speed move between the two: one session read replays at c64 as 1.00x
+/// the ceiling in its main run and 0.62x in the Powertools script's rerun minutes later,
+/// the ceiling 23% higher and ours 24% lower. Short rounds in alternating order see the
+/// same machine on both sides, and the median round's ratio is reported (the paired
+/// method of `common/paired.rs` and the surfaces bench, at a round trip's scale).
+const REDIS_ROUNDS: usize = 5;
+
+/// The `EVALSHA` hashes of the three ceiling scripts: claim-like, complete-like, replay-like.
+struct CeilingScripts {
+    claim: String,
+    complete: String,
+    replay: String,
+}
+
+/// The median of `values` (the upper one of the middle two for an even count).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// One concurrency's first-call and replay rows on `store`, against `redis-benchmark` at
+/// `url` running `scripts` (`cluster`: in cluster mode), in [`REDIS_ROUNDS`] alternating
+/// rounds; each round's replays read the keys its own first calls made. Prints the two
+/// rows with the median round's ratio and every round's ratio, then the ceiling's rates.
+#[allow(clippy::too_many_arguments)]
+fn redis_rows(
+    rt: &tokio::runtime::Runtime,
+    store: &Arc<RedisStore>,
+    label: &str,
+    url: &str,
+    c: usize,
+    mode: Mode,
+    requests: u64,
+    scripts: &CeilingScripts,
+    cluster: bool,
+    base: u64,
+) {
     let fp = "cart.id=0123456789abcdef01234567;note=0123456789abcdef01234567;user_id=0123456789abcdef01234567";
     let args = r#"{"cart":{"id":"c-42","items":["book"]},"note":"gift","user_id":7}"#;
     let result = r#"{"cart_id":"c-42","order_id":71,"total_cents":4999}"#;
-    let seed = &cluster.node_urls()[0];
-    let c = 64;
-    let (first, replays) = ours(rt, &store, c, mode.window(), 70_000_000_000);
-    let rc = redis_benchmark(
-        seed,
-        c,
-        requests,
-        &shas[0],
-        &[fp, args],
-        true,
-        WIDE_KEYSPACE,
-    );
-    let rk = redis_benchmark(seed, c, requests, &shas[1], &[result], true, WIDE_KEYSPACE);
-    seed_replay_records(seed, fp, args, result, true);
-    let rr = redis_benchmark(seed, c, requests, &shas[2], &[], true, REPLAY_KEYSPACE);
-    match (rc, rk, rr) {
-        (Some(rc), Some(rk), Some(rr)) => {
-            let first_ceiling = 1.0 / (1.0 / rc + 1.0 / rk);
-            report(
-                &format!("RedisStore (cluster of 3) first call, conc {c}"),
-                first,
-                first_ceiling,
-            );
-            report(
-                &format!("RedisStore (cluster of 3) replay, conc {c}"),
-                replays,
-                rr,
+    seed_replay_records(url, fp, args, result, cluster);
+    let window = mode.window() / REDIS_ROUNDS as u32;
+    let requests = (requests / REDIS_ROUNDS as u64).max(1_000);
+    let ceiling = || {
+        let rc = redis_benchmark(
+            url,
+            c,
+            requests,
+            &scripts.claim,
+            &[fp, args],
+            cluster,
+            WIDE_KEYSPACE,
+        )?;
+        let rk = redis_benchmark(
+            url,
+            c,
+            requests,
+            &scripts.complete,
+            &[result],
+            cluster,
+            WIDE_KEYSPACE,
+        )?;
+        let rr = redis_benchmark(
+            url,
+            c,
+            requests,
+            &scripts.replay,
+            &[],
+            cluster,
+            REPLAY_KEYSPACE,
+        )?;
+        Some((rc, rk, rr))
+    };
+    // Per round: ours (first, replay), the ceiling (claim, complete, replay).
+    let mut rounds = Vec::new();
+    for round in 0..REDIS_ROUNDS {
+        let base = base + round as u64 * 100_000_000;
+        let (ours_rates, ceil) = if round % 2 == 0 {
+            let o = ours(rt, store, c, window, base);
+            (o, ceiling())
+        } else {
+            let ceil = ceiling();
+            (ours(rt, store, c, window, base), ceil)
+        };
+        let Some(ceil) = ceil else {
+            println!(
+                "!!! redis-benchmark did not run or its output was not understood: no ceiling"
             );
             println!(
-                "    redis-benchmark --cluster EVALSHA rates: claim-like {rc:.0}/s, complete-like {rk:.0}/s, replay-like {rr:.0}/s"
+                "{label} conc {c}: first call {:.0} /s; replay {:.0} /s",
+                ours_rates.0, ours_rates.1
             );
-        }
-        _ => {
-            println!("!!! redis-benchmark --cluster did not run or its output was not understood: no ceiling");
-            println!("RedisStore (cluster of 3), conc {c}: first call {first:.0} /s; replay {replays:.0} /s");
-        }
+            return;
+        };
+        rounds.push((ours_rates, ceil));
     }
+    let first_ceiling = |(rc, rk, _): (f64, f64, f64)| 1.0 / (1.0 / rc + 1.0 / rk);
+    let row = |name: &str, rate: &dyn Fn(&((f64, f64), (f64, f64, f64))) -> (f64, f64)| {
+        let pairs: Vec<(f64, f64)> = rounds.iter().map(rate).collect();
+        let ratios: Vec<String> = pairs.iter().map(|(o, c)| format!("{:.2}", o / c)).collect();
+        report_ratio(
+            &format!("{label} {name}, conc {c}"),
+            median(pairs.iter().map(|p| p.0).collect()),
+            median(pairs.iter().map(|p| p.1).collect()),
+            median(pairs.iter().map(|(o, c)| o / c).collect()),
+        );
+        println!(
+            "    rounds (ours / ceiling, alternating order): {}",
+            ratios.join(" ")
+        );
+    };
+    row("first call", &|((first, _), ceil)| {
+        (*first, first_ceiling(*ceil))
+    });
+    row("replay", &|((_, replay), (_, _, rr))| (*replay, *rr));
+    let rc = median(rounds.iter().map(|r| r.1 .0).collect());
+    let rk = median(rounds.iter().map(|r| r.1 .1).collect());
+    let rr = median(rounds.iter().map(|r| r.1 .2).collect());
+    println!(
+        "    redis-benchmark{} EVALSHA rates (medians): claim-like {rc:.0}/s, complete-like {rk:.0}/s, replay-like {rr:.0}/s",
+        if cluster { " --cluster" } else { "" }
+    );
 }
 
 // ---------------------------------------------------------------- PostgreSQL
