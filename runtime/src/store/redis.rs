@@ -169,10 +169,23 @@ end
 local function read_record(rk)
   local flat = redis.call('HGETALL', rk)
   if #flat == 0 then return nil end
-  local h = {}
-  for i = 1, #flat, 2 do h[flat[i]] = flat[i + 1] end
-  local r = { flat = flat, st = h.st, tok = h.tok, fp = h.fp, worker = h.worker,
-              created = uint(h.created), expires = uint(h.expires), lease = uint(h.lease) }
+  -- The fields decided on, picked out in one pass (a hash field name occurs once), not
+  -- copied into a table of all the fields first: a claim of a completed record took
+  -- 31.6 and 32.1 us of the server's time that way, 30.1 and 31.2 us this way (`INFO
+  -- commandstats`, 2026-12-02).
+  local st, tok, fp, worker, created, expires, lease
+  for i = 1, #flat, 2 do
+    local f = flat[i]
+    if f == 'st' then st = flat[i + 1]
+    elseif f == 'tok' then tok = flat[i + 1]
+    elseif f == 'fp' then fp = flat[i + 1]
+    elseif f == 'expires' then expires = flat[i + 1]
+    elseif f == 'created' then created = flat[i + 1]
+    elseif f == 'worker' then worker = flat[i + 1]
+    elseif f == 'lease' then lease = flat[i + 1] end
+  end
+  local r = { flat = flat, st = st, tok = tok, fp = fp, worker = worker,
+              created = uint(created), expires = uint(expires), lease = uint(lease) }
   local bad
   if r.st ~= 'p' and r.st ~= 'c' then bad = 'st'
   elseif type(r.tok) ~= 'string' or #r.tok > 20 or not string.find(r.tok, '^[1-9]%d*$') then bad = 'tok'
