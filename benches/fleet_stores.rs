@@ -398,10 +398,17 @@ fn median(mut values: Vec<f64>) -> f64 {
     values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
+/// One round's rates: ours (first calls, replays) and the ceiling's scripts (claim-like,
+/// complete-like, replay-like; `None` if `redis-benchmark` did not run).
+type Round = ((f64, f64), Option<(f64, f64, f64)>);
+
 /// One concurrency's first-call and replay rows on `store`, against `redis-benchmark` at
 /// `url` running `scripts` (`cluster`: in cluster mode), in [`REDIS_ROUNDS`] alternating
-/// rounds; each round's replays read the keys its own first calls made. Prints the two
-/// rows with the median round's ratio and every round's ratio, then the ceiling's rates.
+/// rounds; each round's replays read the keys its own first calls made. Each row prints
+/// the median of our rates, the median of the ceiling's and the median of the per-round
+/// ratios (three medians taken separately, so the ratio need not be the quotient of the
+/// other two), then every round's ratio, then the median rates of the ceiling's scripts.
+/// Without a ceiling (no `redis-benchmark`), our medians alone.
 #[allow(clippy::too_many_arguments)]
 fn redis_rows(
     rt: &tokio::runtime::Runtime,
@@ -452,31 +459,32 @@ fn redis_rows(
         Some((rc, rk, rr))
     };
     // Per round: ours (first, replay), the ceiling (claim, complete, replay).
-    let mut rounds = Vec::new();
+    let mut rounds: Vec<Round> = Vec::new();
     for round in 0..REDIS_ROUNDS {
         let base = base + round as u64 * 100_000_000;
-        let (ours_rates, ceil) = if round % 2 == 0 {
-            let o = ours(rt, store, c, window, base);
-            (o, ceiling())
+        rounds.push(if round % 2 == 0 {
+            let ours_rates = ours(rt, store, c, window, base);
+            (ours_rates, ceiling())
         } else {
             let ceil = ceiling();
             (ours(rt, store, c, window, base), ceil)
-        };
-        let Some(ceil) = ceil else {
-            println!(
-                "!!! redis-benchmark did not run or its output was not understood: no ceiling"
-            );
-            println!(
-                "{label} conc {c}: first call {:.0} /s; replay {:.0} /s",
-                ours_rates.0, ours_rates.1
-            );
-            return;
-        };
-        rounds.push((ours_rates, ceil));
+        });
     }
+    let ceilings: Option<Vec<(f64, f64, f64)>> = rounds.iter().map(|r| r.1).collect();
+    let Some(ceilings) = ceilings else {
+        let cluster_flag = if cluster { " --cluster" } else { "" };
+        println!(
+            "!!! redis-benchmark{cluster_flag} did not run or its output was not understood: no ceiling"
+        );
+        println!(
+            "{label} conc {c}: first call {:.0} /s; replay {:.0} /s (medians of {REDIS_ROUNDS} rounds)",
+            median(rounds.iter().map(|r| r.0 .0).collect()),
+            median(rounds.iter().map(|r| r.0 .1).collect()),
+        );
+        return;
+    };
     let first_ceiling = |(rc, rk, _): (f64, f64, f64)| 1.0 / (1.0 / rc + 1.0 / rk);
-    let row = |name: &str, rate: &dyn Fn(&((f64, f64), (f64, f64, f64))) -> (f64, f64)| {
-        let pairs: Vec<(f64, f64)> = rounds.iter().map(rate).collect();
+    let row = |name: &str, pairs: Vec<(f64, f64)>| {
         let ratios: Vec<String> = pairs.iter().map(|(o, c)| format!("{:.2}", o / c)).collect();
         report_ratio(
             &format!("{label} {name}, conc {c}"),
@@ -489,13 +497,25 @@ fn redis_rows(
             ratios.join(" ")
         );
     };
-    row("first call", &|((first, _), ceil)| {
-        (*first, first_ceiling(*ceil))
-    });
-    row("replay", &|((_, replay), (_, _, rr))| (*replay, *rr));
-    let rc = median(rounds.iter().map(|r| r.1 .0).collect());
-    let rk = median(rounds.iter().map(|r| r.1 .1).collect());
-    let rr = median(rounds.iter().map(|r| r.1 .2).collect());
+    let ours_rates = rounds.iter().map(|r| r.0);
+    row(
+        "first call",
+        ours_rates
+            .clone()
+            .zip(&ceilings)
+            .map(|((first, _), ceil)| (first, first_ceiling(*ceil)))
+            .collect(),
+    );
+    row(
+        "replay",
+        ours_rates
+            .zip(&ceilings)
+            .map(|((_, replay), (_, _, rr))| (replay, *rr))
+            .collect(),
+    );
+    let rc = median(ceilings.iter().map(|c| c.0).collect());
+    let rk = median(ceilings.iter().map(|c| c.1).collect());
+    let rr = median(ceilings.iter().map(|c| c.2).collect());
     println!(
         "    redis-benchmark{} EVALSHA rates (medians): claim-like {rc:.0}/s, complete-like {rk:.0}/s, replay-like {rr:.0}/s",
         if cluster { " --cluster" } else { "" }
