@@ -170,9 +170,8 @@ local function read_record(rk)
   local flat = redis.call('HGETALL', rk)
   if #flat == 0 then return nil end
   -- The fields decided on, picked out in one pass (a hash field name occurs once), not
-  -- copied into a table of all the fields first: a claim of a completed record took
-  -- 31.6 and 32.1 us of the server's time that way, 30.1 and 31.2 us this way (`INFO
-  -- commandstats`, 2026-12-02).
+  -- copied into a table of all the fields first: about a microsecond less of the
+  -- server's time per claim (bench/redis_claim_time.sh; BENCHMARKS.md, "What changed").
   local st, tok, fp, worker, created, expires, lease
   for i = 1, #flat, 2 do
     local f = flat[i]
