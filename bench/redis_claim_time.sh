@@ -25,6 +25,8 @@ cleanup() {
 }
 trap cleanup EXIT
 revs=("$@"); [ ${#revs[@]} -eq 0 ] && revs=(HEAD)
+# The claim script as `Scripts::new` in runtime/src/store/redis.rs assembles it (PRELUDE,
+# CLAIM_PRELUDE, CLAIM): change both together.
 claim_script() {
     git show "$1:runtime/src/store/redis.rs" | python3 -c '
 import re, sys

@@ -426,6 +426,8 @@ fn redis_rows(
     let args = r#"{"cart":{"id":"c-42","items":["book"]},"note":"gift","user_id":7}"#;
     let result = r#"{"cart_id":"c-42","order_id":71,"total_cents":4999}"#;
     seed_replay_records(url, fp, args, result, cluster);
+    // How `redis-benchmark` was run, for the lines that name it.
+    let cluster_flag = if cluster { " --cluster" } else { "" };
     let window = mode.window() / REDIS_ROUNDS as u32;
     let requests = (requests / REDIS_ROUNDS as u64).max(1_000);
     let ceiling = || {
@@ -472,7 +474,6 @@ fn redis_rows(
     }
     let ceilings: Option<Vec<(f64, f64, f64)>> = rounds.iter().map(|r| r.1).collect();
     let Some(ceilings) = ceilings else {
-        let cluster_flag = if cluster { " --cluster" } else { "" };
         println!(
             "!!! redis-benchmark{cluster_flag} did not run or its output was not understood: no ceiling"
         );
@@ -517,8 +518,7 @@ fn redis_rows(
     let rk = median(ceilings.iter().map(|c| c.1).collect());
     let rr = median(ceilings.iter().map(|c| c.2).collect());
     println!(
-        "    redis-benchmark{} EVALSHA rates (medians): claim-like {rc:.0}/s, complete-like {rk:.0}/s, replay-like {rr:.0}/s",
-        if cluster { " --cluster" } else { "" }
+        "    redis-benchmark{cluster_flag} EVALSHA rates (medians): claim-like {rc:.0}/s, complete-like {rk:.0}/s, replay-like {rr:.0}/s"
     );
 }
 
