@@ -156,6 +156,67 @@ async fn a_garbage_token_in_a_record_is_reported_corrupt() {
     cleanup(&mut raw, &prefix).await;
 }
 
+/// A claim answers a completed record after the script checks only its state and expiry
+/// (the replay's fast path); every other field is checked by the client, so a completed
+/// record with a malformed token, no worker, no state or a bad expiry is still reported
+/// corrupt, naming the field, and is left as it was.
+#[tokio::test]
+async fn a_malformed_completed_record_is_reported_corrupt_on_replay() {
+    let Some((store, prefix, mut raw)) = fresh_store("tc-redis-corrupt-done").await else {
+        return;
+    };
+    for (i, (edit, field)) in [
+        (&["HSET", "tok", "not-a-number"][..], "`tok`"),
+        (&["HSET", "tok", "0"][..], "`tok`"),
+        (&["HDEL", "worker"][..], "`worker`"),
+        (&["HDEL", "st"][..], "`st`"),
+        (&["HSET", "expires", "soon"][..], "`expires`"),
+        (&["HSET", "err", "2"][..], "`err`"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let key = format!("done-{i}");
+        let token = conformance::acquire(&store, req(&key)).await;
+        store
+            .complete(
+                &key,
+                token,
+                conformance::completion("1", Duration::from_secs(600)),
+            )
+            .await
+            .unwrap();
+        let hash = format!("{prefix}r:{key}");
+        let _: () = redis::cmd(edit[0])
+            .arg(&hash)
+            .arg(&edit[1..])
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        let before: Vec<(String, String)> = redis::cmd("HGETALL")
+            .arg(&hash)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        match store.claim(req(&key)).await {
+            Err(StoreError::Corrupt(msg)) => {
+                assert!(msg.contains(&key) && msg.contains(field), "{field}: {msg}")
+            }
+            other => panic!("{edit:?}: {other:?}"),
+        }
+        let after: Vec<(String, String)> = redis::cmd("HGETALL")
+            .arg(&hash)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        assert_eq!(
+            before, after,
+            "{edit:?}: the claim changed the malformed record"
+        );
+    }
+    cleanup(&mut raw, &prefix).await;
+}
+
 #[tokio::test]
 async fn a_value_of_the_wrong_type_or_a_bad_history_entry_is_corrupt() {
     let Some((store, prefix, mut raw)) = fresh_store("tc-redis-wrongtype").await else {

@@ -164,38 +164,44 @@ local function uint(v)
   if type(v) == 'string' and #v <= 15 and string.find(v, '^%d+$') then return tonumber(v) end
   return nil
 end
--- The record at rk: nil if absent; nil and an error reply if malformed. Checks only the
--- fields the scripts decide on; the client checks the rest when it reads the record.
+local function corrupt(field)
+  return redis.error_reply('TC_CORRUPT field `' .. field .. '` is missing or malformed')
+end
+-- The record at rk: nil if absent; nil and an error reply if its `st` or `expires` is
+-- malformed. `r.values` holds the fields a reader needs, in the order of the Rust
+-- `RECORD_FIELDS` (false where absent). `HMGET` of those fields rather than `HGETALL`:
+-- Redis turns each element of a reply into a Lua value at a cost, and fifteen values cost
+-- the server less than some thirty names and values (bench/redis_claim_time.sh).
 local function read_record(rk)
-  local flat = redis.call('HGETALL', rk)
-  if #flat == 0 then return nil end
-  -- The fields decided on, picked out in one pass (a hash field name occurs once), not
-  -- copied into a table of all the fields first: about a microsecond less of the
-  -- server's time per claim (bench/redis_claim_time.sh; BENCHMARKS.md, "What changed").
-  local st, tok, fp, worker, created, expires, lease
-  for i = 1, #flat, 2 do
-    local f = flat[i]
-    if f == 'st' then st = flat[i + 1]
-    elseif f == 'tok' then tok = flat[i + 1]
-    elseif f == 'fp' then fp = flat[i + 1]
-    elseif f == 'expires' then expires = flat[i + 1]
-    elseif f == 'created' then created = flat[i + 1]
-    elseif f == 'worker' then worker = flat[i + 1]
-    elseif f == 'lease' then lease = flat[i + 1] end
+  local v = redis.call('HMGET', rk, 'st', 'tok', 'fp', 'worker', 'created', 'expires', 'lease', 'tool', 'ver', 'scope', 'args', 'result', 'err', 'done', 'upd')
+  local st = v[1]
+  if not st then
+    -- A hash without `st` (no field above, or only others) is malformed, not absent.
+    if redis.call('EXISTS', rk) == 1 then return nil, corrupt('st') end
+    return nil
   end
-  local r = { flat = flat, st = st, tok = tok, fp = fp, worker = worker,
-              created = uint(created), expires = uint(expires), lease = uint(lease) }
-  local bad
-  if r.st ~= 'p' and r.st ~= 'c' then bad = 'st'
-  elseif type(r.tok) ~= 'string' or #r.tok > 20 or not string.find(r.tok, '^[1-9]%d*$') then bad = 'tok'
-  elseif not r.created then bad = 'created'
-  elseif not r.expires then bad = 'expires'
-  elseif r.st == 'p' and not r.lease then bad = 'lease'
-  elseif type(r.fp) ~= 'string' then bad = 'fp'
-  elseif type(r.worker) ~= 'string' then bad = 'worker' end
-  if bad then
-    return nil, redis.error_reply('TC_CORRUPT field `' .. bad .. '` is missing or malformed')
-  end
+  if st ~= 'p' and st ~= 'c' then return nil, corrupt('st') end
+  local expires = uint(v[6])
+  if not expires then return nil, corrupt('expires') end
+  return { values = v, st = st, expires = expires }
+end
+-- Checks the other fields the scripts decide on and sets them on r: nil if they hold,
+-- else an error reply. The client checks the rest when it reads the record.
+local function check(r)
+  local v = r.values
+  r.tok, r.fp, r.worker, r.created, r.lease = v[2], v[3], v[4], uint(v[5]), uint(v[7])
+  if type(r.tok) ~= 'string' or #r.tok > 20 or not string.find(r.tok, '^[1-9]%d*$') then return corrupt('tok')
+  elseif not r.created then return corrupt('created')
+  elseif r.st == 'p' and not r.lease then return corrupt('lease')
+  elseif type(r.fp) ~= 'string' then return corrupt('fp')
+  elseif type(r.worker) ~= 'string' then return corrupt('worker') end
+  return nil
+end
+-- read_record, then check.
+local function read_checked(rk)
+  local r, bad = read_record(rk)
+  if r and not bad then bad = check(r) end
+  if bad then return nil, bad end
   return r
 end
 -- Keeps the history at hk until at least keep_until (never shortens it).
@@ -217,11 +223,12 @@ end
 ///       7 lease ms, 8 ttl ms, 9 worker, 10 contract version, 11 stale token (takeover
 ///       only).
 const CLAIM_PRELUDE: &str = r#"
-local function fresh(now, created, kind)
+-- `present`: whether a record is there to replace (an expired result, a stale claim).
+local function fresh(now, created, kind, present)
   local lease = tonumber(ARGV[7])
   local expires = now + math.max(tonumber(ARGV[8]), lease)
   local tok = fmt(redis.call('INCR', KEYS[5]))
-  redis.call('DEL', KEYS[1])
+  if present then redis.call('DEL', KEYS[1]) end
   redis.call('HSET', KEYS[1], 'st', 'p', 'tok', tok, 'lease', fmt(now + lease),
     'tool', ARGV[2], 'fp', ARGV[5], 'args', ARGV[6], 'worker', ARGV[9],
     'created', fmt(created), 'expires', fmt(expires), 'ver', ARGV[10], 'upd', fmt(now))
@@ -232,14 +239,15 @@ local function fresh(now, created, kind)
   redis.call('ZADD', KEYS[4], expires, ARGV[1])
   return { 'acquired', tok }
 end
--- The record's fields as ONE bulk string, a MessagePack array of strings made by Redis's
--- own C encoder (`cmsgpack`): the client parses one string much faster than a reply of some
--- thirty bulk strings (the `redis` crate's reply parser costs more per element than the rest
--- of a replay), and `cmsgpack` costs the server about a third of what building the same
--- string in Lua did (`string.format` per field, then `table.concat`).
-local function pack(flat) return cmsgpack.pack(flat) end
+-- A completed record as ONE bulk string: its `values`, a MessagePack array of strings (and
+-- false where absent) made by Redis's own C encoder (`cmsgpack`). The client parses one
+-- string much faster than a reply of many bulk strings (the `redis` crate's reply parser
+-- costs more per element than the rest of a replay), and `cmsgpack` costs the server about
+-- a third of what building the same string in Lua did.
+local function completed(r) return { 'completed', cmsgpack.pack(r.values) } end
+-- The answer for a record that stays (r checked).
 local function existing(r, now)
-  if r.st == 'c' then return { 'completed', pack(r.flat) } end
+  if r.st == 'c' then return completed(r) end
   if r.lease > now then return { 'in_progress', r.fp, fmt(r.lease - now) } end
   return { 'abandoned', r.tok, r.fp }
 end
@@ -249,21 +257,28 @@ const CLAIM: &str = r#"
 local now = now_ms()
 local r, bad = read_record(KEYS[1])
 if bad then return bad end
--- An expired result counts as absent (Redis normally deleted it already).
-if r and not (r.st == 'c' and r.expires <= now) then return existing(r, now) end
-return fresh(now, now, 'claimed')
+-- A replay: decided on `st` and `expires` alone, and the client checks every field it reads
+-- (`parse_values`), so the server skips the other checks on the path most claims take.
+if r and r.st == 'c' and r.expires > now then return completed(r) end
+if r then
+  bad = check(r)
+  if bad then return bad end
+  if r.st == 'p' then return existing(r, now) end
+end
+-- No record, or an expired result, which counts as absent (Redis normally deleted it).
+return fresh(now, now, 'claimed', r ~= nil)
 "#;
 
 const TAKEOVER: &str = r#"
 local now = now_ms()
-local r, bad = read_record(KEYS[1])
+local r, bad = read_checked(KEYS[1])
 if bad then return bad end
-if not r then return fresh(now, now, 'claimed') end
+if not r then return fresh(now, now, 'claimed', false) end
 local expired_result = r.st == 'c' and r.expires <= now
 local stale_claim = r.st == 'p' and r.lease <= now and r.tok == ARGV[11]
 if not (expired_result or stale_claim) then return existing(r, now) end
 -- The call is the same one, resumed: it keeps its place in the pending list.
-return fresh(now, r.created, 'taken_over')
+return fresh(now, r.created, 'taken_over', true)
 "#;
 
 /// The start of every holder's script (complete, release, renew, abandon): the script
@@ -272,7 +287,7 @@ return fresh(now, r.created, 'taken_over')
 /// KEYS: 1 record, 2 history. ARGV: 1 key, 2 the holder's token.
 const HOLDER_PRELUDE: &str = r#"
 local now = now_ms()
-local r, bad = read_record(KEYS[1])
+local r, bad = read_checked(KEYS[1])
 if bad then return bad end
 if not r or r.st ~= 'p' or r.tok ~= ARGV[2] then return 'lease_lost' end
 "#;
@@ -339,7 +354,7 @@ return 'ok'
 /// ARGV: 1 key, 2 history kind, 3 worker, 4 `complete` or `release`, 5 result, 6 ttl ms.
 const RESOLVE: &str = r#"
 local now = now_ms()
-local r, bad = read_record(KEYS[1])
+local r, bad = read_checked(KEYS[1])
 if bad then return bad end
 if not r or r.st ~= 'p' then return 'not_pending' end
 -- A new token fences out the holder and names the decision in the history.
@@ -1246,8 +1261,8 @@ fn parse_outcome(key: &str, op: &str, reply: Value) -> StoreResult<ClaimOutcome>
             token: uint(token).ok_or_else(bad)?,
         },
         (b"completed", [packed]) => {
-            let fields = bytes(packed).and_then(unpack).ok_or_else(bad)?;
-            ClaimOutcome::Completed(Arc::new(parse_record(key, &fields)?))
+            let values = bytes(packed).and_then(unpack).ok_or_else(bad)?;
+            ClaimOutcome::Completed(Arc::new(parse_values(key, &values)?))
         }
         (b"in_progress", [fingerprint, remaining]) => ClaimOutcome::InProgress {
             fingerprint: text(fingerprint).ok_or_else(|| corrupt_field(key, "fp"))?,
@@ -1284,11 +1299,48 @@ struct Fields<'a> {
     result: Option<&'a [u8]>,
     err: Option<&'a [u8]>,
     done: Option<&'a [u8]>,
+    worker: Option<&'a [u8]>,
 }
 
-/// The items of a record packed by the claim scripts' `pack` (a MessagePack array of
-/// strings); `None` if the text is not exactly such an array.
-fn unpack(packed: &[u8]) -> Option<Vec<&[u8]>> {
+impl<'a> Fields<'a> {
+    /// The slot of the field `name`; `None` for a field a later version adds.
+    fn slot(&mut self, name: &[u8]) -> Option<&mut Option<&'a [u8]>> {
+        Some(match name {
+            b"st" => &mut self.st,
+            b"tok" => &mut self.tok,
+            b"lease" => &mut self.lease,
+            b"tool" => &mut self.tool,
+            b"ver" => &mut self.ver,
+            b"upd" => &mut self.upd,
+            b"scope" => &mut self.scope,
+            b"fp" => &mut self.fp,
+            b"args" => &mut self.args,
+            b"created" => &mut self.created,
+            b"expires" => &mut self.expires,
+            b"result" => &mut self.result,
+            b"err" => &mut self.err,
+            b"done" => &mut self.done,
+            b"worker" => &mut self.worker,
+            _ => return None,
+        })
+    }
+}
+
+/// The fields the scripts' `read_record` reads with one `HMGET`, in its order: a replayed
+/// claim's packed reply holds their values in this order (`parse_values`). The Lua list
+/// must match (`the_scripts_read_the_record_fields_in_order` checks).
+const RECORD_FIELDS: [&str; 15] = [
+    "st", "tok", "fp", "worker", "created", "expires", "lease", "tool", "ver", "scope", "args",
+    "result", "err", "done", "upd",
+];
+
+/// The MessagePack encoding of `false`: how `cmsgpack` packs a field `HMGET` found absent.
+const PACKED_ABSENT: u8 = 0xc2;
+
+/// The items of a record's values packed by the claim scripts (a MessagePack array whose
+/// items are strings, or `false` for an absent field); `None` if the text is not exactly
+/// such an array.
+fn unpack(packed: &[u8]) -> Option<Vec<Option<&[u8]>>> {
     let mut rest = packed;
     let count = usize::try_from(rmp::decode::read_array_len(&mut rest).ok()?).ok()?;
     // Each item takes at least its one-byte header: a count past that is malformed.
@@ -1297,9 +1349,14 @@ fn unpack(packed: &[u8]) -> Option<Vec<&[u8]>> {
     }
     let mut items = Vec::with_capacity(count);
     for _ in 0..count {
+        if let Some((&PACKED_ABSENT, tail)) = rest.split_first() {
+            items.push(None);
+            rest = tail;
+            continue;
+        }
         let len = usize::try_from(rmp::decode::read_str_len(&mut rest).ok()?).ok()?;
         let (item, tail) = rest.split_at_checked(len)?;
-        items.push(item);
+        items.push(Some(item));
         rest = tail;
     }
     rest.is_empty().then_some(items)
@@ -1320,8 +1377,8 @@ fn uint_of(bytes: &[u8]) -> Option<u64> {
     core::str::from_utf8(bytes).ok()?.parse().ok()
 }
 
-/// Builds a [`Record`] from the fields of a flat `HGETALL` reply (or a packed one),
-/// checking every field.
+/// Builds a [`Record`] from the fields of a flat `HGETALL` reply, checking every field
+/// a record keeps (the scripts checked the token and the worker).
 fn parse_record(key: &str, flat: &[&[u8]]) -> StoreResult<Record> {
     if !flat.len().is_multiple_of(2) {
         return Err(StoreError::Corrupt(format!(
@@ -1333,26 +1390,47 @@ fn parse_record(key: &str, flat: &[&[u8]]) -> StoreResult<Record> {
         let (Some(&name), Some(&value)) = (pair.first(), pair.get(1)) else {
             continue;
         };
-        let slot = match Some(name) {
-            Some(b"st") => &mut f.st,
-            Some(b"tok") => &mut f.tok,
-            Some(b"lease") => &mut f.lease,
-            Some(b"tool") => &mut f.tool,
-            Some(b"ver") => &mut f.ver,
-            Some(b"upd") => &mut f.upd,
-            Some(b"scope") => &mut f.scope,
-            Some(b"fp") => &mut f.fp,
-            Some(b"args") => &mut f.args,
-            Some(b"created") => &mut f.created,
-            Some(b"expires") => &mut f.expires,
-            Some(b"result") => &mut f.result,
-            Some(b"err") => &mut f.err,
-            Some(b"done") => &mut f.done,
-            // `worker` and anything a later version adds.
-            _ => continue,
-        };
-        *slot = Some(value);
+        if let Some(slot) = f.slot(name) {
+            *slot = Some(value);
+        }
     }
+    record_of(key, &f)
+}
+
+/// Builds a [`Record`] from the values of [`RECORD_FIELDS`] (a replayed claim's packed
+/// reply), checking every field, the token and the worker included: the claim script
+/// answers a completed record after checking only its state and expiry.
+fn parse_values(key: &str, values: &[Option<&[u8]>]) -> StoreResult<Record> {
+    if values.len() != RECORD_FIELDS.len() {
+        return Err(StoreError::Corrupt(format!(
+            "redis record for key {key:?}: {} values for {} fields",
+            values.len(),
+            RECORD_FIELDS.len()
+        )));
+    }
+    let mut f = Fields::default();
+    for (name, value) in RECORD_FIELDS.iter().zip(values) {
+        if let Some(slot) = f.slot(name.as_bytes()) {
+            *slot = *value;
+        }
+    }
+    // As the scripts' `check`: a decimal of at most 20 digits without a leading zero.
+    let token_ok = f.tok.is_some_and(|t| {
+        t.len() <= 20
+            && t.first().is_some_and(|d| (b'1'..=b'9').contains(d))
+            && t.iter().all(u8::is_ascii_digit)
+    });
+    if !token_ok {
+        return Err(corrupt_field(key, "tok"));
+    }
+    if f.worker.is_none() {
+        return Err(corrupt_field(key, "worker"));
+    }
+    record_of(key, &f)
+}
+
+/// The [`Record`] the fields describe; an error names the first missing or malformed one.
+fn record_of(key: &str, f: &Fields<'_>) -> StoreResult<Record> {
     let string =
         |v: Option<&[u8]>, name| v.and_then(text_of).ok_or_else(|| corrupt_field(key, name));
     let number =
@@ -1490,40 +1568,48 @@ mod tests {
         }
     }
 
-    /// What the claim scripts' `pack` writes (a MessagePack array of strings) comes back
-    /// item by item, bytes of any kind and every string header size included; a text that
-    /// is not exactly such an array is refused rather than read short.
+    /// What the claim scripts pack (a MessagePack array of strings, `false` for an absent
+    /// field) comes back item by item, bytes of any kind and every string header size
+    /// included; a text that is not exactly such an array is refused rather than read short.
     #[test]
     fn packed_fields_unpack_exactly() {
         let long = |n: usize| "x".repeat(n);
         let (l31, l32, l256, l70k) = (long(31), long(32), long(256), long(70_000));
-        let items: Vec<&[u8]> = vec![
-            b"st",
-            b"c",
-            b"",
-            b"12:34",
-            "\u{e9}\n\"x\"".as_bytes(),
-            l31.as_bytes(),
-            l32.as_bytes(),
-            l256.as_bytes(),
-            l70k.as_bytes(),
+        let items: Vec<Option<&[u8]>> = vec![
+            Some(b"st"),
+            Some(b"c"),
+            None,
+            Some(b""),
+            Some(b"12:34"),
+            Some("\u{e9}\n\"x\"".as_bytes()),
+            None,
+            Some(l31.as_bytes()),
+            Some(l32.as_bytes()),
+            Some(l256.as_bytes()),
+            Some(l70k.as_bytes()),
         ];
-        let pack = |items: &[&[u8]]| {
+        let pack = |items: &[Option<&[u8]>]| {
             let mut out = Vec::new();
             rmp::encode::write_array_len(&mut out, items.len() as u32).unwrap();
             for item in items {
-                rmp::encode::write_str_len(&mut out, item.len() as u32).unwrap();
-                out.extend_from_slice(item);
+                match item {
+                    Some(item) => {
+                        rmp::encode::write_str_len(&mut out, item.len() as u32).unwrap();
+                        out.extend_from_slice(item);
+                    }
+                    None => rmp::encode::write_bool(&mut out, false).unwrap(),
+                }
             }
             out
         };
         let packed = pack(&items);
         assert_eq!(unpack(&packed).unwrap(), items);
-        assert_eq!(unpack(&pack(&[])).unwrap(), Vec::<&[u8]>::new());
-        // Cut short, one byte too many, a count past the bytes, a non-string item, not an array.
+        assert_eq!(unpack(&pack(&[])).unwrap(), Vec::<Option<&[u8]>>::new());
+        // Cut short, one byte too many, a count past the bytes, a non-string item, `true`,
+        // not an array.
         let mut extra = packed.clone();
         extra.push(0xa0);
-        let mut int_item = pack(&[b"st"]);
+        let mut int_item = pack(&[Some(b"st")]);
         int_item[0] = 0x92;
         int_item.push(0x01);
         for bad in [
@@ -1531,11 +1617,62 @@ mod tests {
             &extra[..],
             &[0xdd, 0xff, 0xff, 0xff, 0xff, 0xa0][..],
             &int_item[..],
+            &[0x91, 0xc3][..],
             b"2:st",
             b"",
         ] {
             assert_eq!(unpack(bad), None, "{bad:?}");
         }
+    }
+
+    /// The scripts' `HMGET` names the fields in [`RECORD_FIELDS`]' order, which
+    /// `parse_values` reads a replayed claim's values by.
+    #[test]
+    fn the_scripts_read_the_record_fields_in_order() {
+        let listed = RECORD_FIELDS.map(|f| format!("'{f}'")).join(", ");
+        assert!(
+            PRELUDE.contains(&format!("redis.call('HMGET', rk, {listed})")),
+            "PRELUDE's read_record must read exactly {listed}"
+        );
+    }
+
+    /// A replayed claim's values are checked as the scripts check a record they decide
+    /// on: the token and the worker too, which the claim script skips on that path.
+    #[test]
+    fn replayed_values_are_checked_in_full() {
+        let good: [&[u8]; 15] = [
+            b"c", b"3", b"f", b"w", b"1000", b"9000", b"", b"t", b"4", b"", b"{}", b"1", b"0",
+            b"2000", b"2500",
+        ];
+        type Values = Vec<Option<&'static [u8]>>;
+        let values = |edit: &dyn Fn(&mut Values)| {
+            let mut v: Values = good.iter().map(|f| Some(*f)).collect();
+            v[6] = None; // no lease
+            v[9] = None; // no scope
+            edit(&mut v);
+            v
+        };
+        let record = parse_values("k", &values(&|_| {})).unwrap();
+        assert_eq!((record.version, record.updated_at), (Some(4), at(2500)));
+        assert_eq!(record.scope, None);
+        let field_of = |v: Values| match parse_values("k", &v) {
+            Err(StoreError::Corrupt(msg)) => msg,
+            other => panic!("{other:?}"),
+        };
+        for (at_, value, field) in [
+            (1, None, "`tok`"),
+            (1, Some(&b"0"[..]), "`tok`"),
+            (1, Some(&b"03"[..]), "`tok`"),
+            (1, Some(&b"+3"[..]), "`tok`"),
+            (1, Some(&b"123456789012345678901"[..]), "`tok`"),
+            (3, None, "`worker`"),
+            (4, Some(&b"x"[..]), "`created`"),
+            (11, None, "`result`"),
+        ] {
+            let msg = field_of(values(&|v| v[at_] = value));
+            assert!(msg.contains(field), "{field}: {msg}");
+        }
+        assert!(field_of(values(&|v| v.truncate(14))).contains("14 values"));
     }
 
     #[test]
