@@ -60,8 +60,12 @@ redis-benchmark -h "$host" -p "$port" -c 16 -n 20000 -r 1000 -q HSET 'tcclaimtim
 # The claim's keys and arguments (the ceiling is given the same, so both parse as much).
 keys=(5 'tcclaimtime:r:__rand_int__' 'tcclaimtime:h:__rand_int__' tcclaimtime:pending tcclaimtime:expiry tcclaimtime:token)
 argv=(x create_order 0 '' "$fp" "$args" 30000 86400000 bench-1-1 1)
-names=("replay-like ceiling")
+# The replay-like ceiling of benches/fleet_stores.rs (CEIL_REPLAY: the store's commands since
+# 02f3aff, an HMGET of the record's fields), and the one before it (an HGETALL).
+names=("ceiling (HMGET)" "ceiling before 02f3aff (HGETALL)")
 shas=("$(cli SCRIPT LOAD "local t = redis.call('TIME')
+local v = redis.call('HMGET', KEYS[1], 'st', 'tok', 'fp', 'worker', 'created', 'expires', 'lease', 'tool', 'ver', 'scope', 'args', 'result', 'err', 'done', 'upd')
+return cmsgpack.pack(v)")" "$(cli SCRIPT LOAD "local t = redis.call('TIME')
 local flat = redis.call('HGETALL', KEYS[1])
 return cmsgpack.pack(flat)")")
 for rev in "${revs[@]}"; do

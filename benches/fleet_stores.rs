@@ -5,14 +5,18 @@
 //! - Redis ceiling: `redis-benchmark` (same host, same concurrency) running `EVALSHA` of
 //!   scripts that issue the same Redis commands as the store's claim, completion and
 //!   replay scripts (`TIME`, `HMGET`, `INCR`, `HSET`, `PEXPIRE`, `ZADD`, `ZREM`, `RPUSH`),
-//!   without the store's branching. A first call is one claim and one completion, so its
-//!   ceiling is `1 / (1/claim_rate + 1/complete_rate)`; a replay is one claim, whose reply
-//!   (the record's fields packed into one string by `cmsgpack.pack`, as the store's claim
+//!   without the store's branching. Each reads the record as the store's scripts do, one
+//!   `HMGET` of its fifteen fields (and `EXISTS` where a claim finds none), since
+//!   2026-12-02 (session 4): before, the claim-like and complete-like scripts read four
+//!   and two fields and the replay-like one an `HGETALL`, as the store's scripts did. A
+//!   first call is one claim and one completion, so its ceiling is
+//!   `1 / (1/claim_rate + 1/complete_rate)`; a replay is one claim, whose reply (the
+//!   record's values packed into one string by `cmsgpack.pack`, as the store's claim
 //!   script packs them; a Lua-built string before 2026-12-01, session 3) the replay-like
-//!   script builds the same way, from 1,000 completed records of the
-//!   store's shape written beforehand (a replay reads an existing record; before
-//!   2026-12-01 the replay-like script read random absent keys, an empty `HGETALL`, which
-//!   put the ceiling far above what reading a record costs).
+//!   script builds the same way, from 1,000 completed records of the store's shape written
+//!   beforehand (a replay reads an existing record; before 2026-12-01 the replay-like
+//!   script read random absent keys, an empty `HGETALL`, which put the ceiling far above
+//!   what reading a record costs).
 //! - Redis rows are measured in [`REDIS_ROUNDS`] short rounds, ours and the ceiling in
 //!   alternating order, and the median round's ratio is reported with every round's
 //!   (since 2026-12-02; one long window of each before).
@@ -92,7 +96,8 @@ fn ours<S: Store + Clone>(
 const CEIL_CLAIM: &str = r"
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local cur = redis.call('HMGET', KEYS[1], 'st', 'tok', 'lease', 'fp')
+local cur = redis.call('HMGET', KEYS[1], 'st', 'tok', 'fp', 'worker', 'created', 'expires', 'lease', 'tool', 'ver', 'scope', 'args', 'result', 'err', 'done', 'upd')
+local there = redis.call('EXISTS', KEYS[1])
 local tok = redis.call('INCR', 'tcceil:token')
 redis.call('HSET', KEYS[1], 'st', 'p', 'tok', tok, 'lease', now + 30000, 'tool', 'create_order',
   'fp', ARGV[1], 'args', ARGV[2], 'worker', 'bench', 'created', now, 'expires', now + 86400000)
@@ -107,7 +112,7 @@ return tok
 const CEIL_COMPLETE: &str = r"
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local cur = redis.call('HMGET', KEYS[1], 'st', 'tok')
+local cur = redis.call('HMGET', KEYS[1], 'st', 'tok', 'fp', 'worker', 'created', 'expires', 'lease', 'tool', 'ver', 'scope', 'args', 'result', 'err', 'done', 'upd')
 redis.call('HSET', KEYS[1], 'st', 'c', 'result', ARGV[1], 'completed', now, 'expires', now + 86400000)
 redis.call('HDEL', KEYS[1], 'lease')
 redis.call('PEXPIRE', KEYS[1], 86400000)
@@ -119,8 +124,8 @@ return 1
 
 const CEIL_REPLAY: &str = r"
 local t = redis.call('TIME')
-local flat = redis.call('HGETALL', KEYS[1])
-return cmsgpack.pack(flat)
+local v = redis.call('HMGET', KEYS[1], 'st', 'tok', 'fp', 'worker', 'created', 'expires', 'lease', 'tool', 'ver', 'scope', 'args', 'result', 'err', 'done', 'upd')
+return cmsgpack.pack(v)
 ";
 
 fn host_port(url: &str) -> (String, String) {
