@@ -25,14 +25,16 @@ cleanup() {
 }
 trap cleanup EXIT
 revs=("$@"); [ ${#revs[@]} -eq 0 ] && revs=(HEAD)
-# The claim script as `Scripts::new` in runtime/src/store/redis.rs assembles it (PRELUDE,
-# CLAIM_PRELUDE, CLAIM): change both together.
+# The claim script as `Scripts::new` in runtime/src/store/redis.rs assembles it (CLAIM_REPLAY
+# where the commit has it, PRELUDE, CLAIM_PRELUDE, CLAIM): change both together.
 claim_script() {
     git show "$1:runtime/src/store/redis.rs" | python3 -c '
 import re, sys
 s = sys.stdin.read()
-part = lambda n: re.search(r"const " + n + r": &str = r#\"(.*?)\"#;", s, re.S).group(1)
-print(part("PRELUDE") + part("CLAIM_PRELUDE") + part("CLAIM"))'
+def part(n):
+    m = re.search(r"const " + n + r": &str = r#\"(.*?)\"#;", s, re.S)
+    return m.group(1) if m else ""
+print(part("CLAIM_REPLAY") + part("PRELUDE") + part("CLAIM_PRELUDE") + part("CLAIM"))'
 }
 # The server's time per EVALSHA for `calls` calls of "$@", or exit if the statistics do not
 # hold exactly those calls, all answered without an error.

@@ -157,9 +157,10 @@ async fn a_garbage_token_in_a_record_is_reported_corrupt() {
 }
 
 /// A claim answers a completed record after the script checks only its state and expiry
-/// (the replay's fast path); every other field is checked by the client, so a completed
-/// record with a malformed token, no worker, no state or a bad expiry is still reported
-/// corrupt, naming the field, and is left as it was.
+/// (the replay's fast path: its expiry only read as a number); every other field is checked
+/// by the client, so a completed record with a malformed token, no worker, no state or an
+/// expiry not of the record's form is still reported corrupt, naming the field, and is left
+/// as it was.
 #[tokio::test]
 async fn a_malformed_completed_record_is_reported_corrupt_on_replay() {
     let Some((store, prefix, mut raw)) = fresh_store("tc-redis-corrupt-done").await else {
@@ -171,6 +172,10 @@ async fn a_malformed_completed_record_is_reported_corrupt_on_replay() {
         (&["HDEL", "worker"][..], "`worker`"),
         (&["HDEL", "st"][..], "`st`"),
         (&["HSET", "expires", "soon"][..], "`expires`"),
+        // Numbers to Lua, past now, but not the record's form: refused by the client.
+        (&["HSET", "expires", "1e20"][..], "`expires`"),
+        (&["HSET", "expires", "99999999999999999"][..], "`expires`"),
+        (&["HSET", "expires", " 9999999999999"][..], "`expires`"),
         (&["HSET", "err", "2"][..], "`err`"),
     ]
     .into_iter()

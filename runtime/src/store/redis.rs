@@ -167,13 +167,13 @@ end
 local function corrupt(field)
   return redis.error_reply('TC_CORRUPT field `' .. field .. '` is missing or malformed')
 end
--- The record at rk: nil if absent; nil and an error reply if its `st` or `expires` is
--- malformed. `r.values` holds the fields a reader needs, in the order of the Rust
+-- The record at rk (from `values`, its fields if already read): nil if absent; nil and an
+-- error reply if its `st` or `expires` is malformed. `r.values` holds the fields a reader needs, in the order of the Rust
 -- `RECORD_FIELDS` (false where absent). `HMGET` of those fields rather than `HGETALL`:
 -- Redis turns each element of a reply into a Lua value at a cost, and fifteen values cost
 -- the server less than some thirty names and values (bench/redis_claim_time.sh).
-local function read_record(rk)
-  local v = redis.call('HMGET', rk, 'st', 'tok', 'fp', 'worker', 'created', 'expires', 'lease', 'tool', 'ver', 'scope', 'args', 'result', 'err', 'done', 'upd')
+local function read_record(rk, values)
+  local v = values or redis.call('HMGET', rk, 'st', 'tok', 'fp', 'worker', 'created', 'expires', 'lease', 'tool', 'ver', 'scope', 'args', 'result', 'err', 'done', 'upd')
   local st = v[1]
   if not st then
     -- A hash without `st` (no field above, or only others) is malformed, not absent.
@@ -239,12 +239,8 @@ local function fresh(now, created, kind, present)
   redis.call('ZADD', KEYS[4], expires, ARGV[1])
   return { 'acquired', tok }
 end
--- A completed record as ONE bulk string: its `values`, a MessagePack array of strings (and
--- false where absent) made by Redis's own C encoder (`cmsgpack`). The client parses one
--- string much faster than a reply of many bulk strings (the `redis` crate's reply parser
--- costs more per element than the rest of a replay), and `cmsgpack` costs the server about
--- a third of what building the same string in Lua did.
-local function completed(r) return { 'completed', cmsgpack.pack(r.values) } end
+-- A completed record, answered as CLAIM_REPLAY answers it.
+local function completed(r) return cmsgpack.pack(r.values) end
 -- The answer for a record that stays (r checked).
 local function existing(r, now)
   if r.st == 'c' then return completed(r) end
@@ -253,19 +249,39 @@ local function existing(r, now)
 end
 "#;
 
+/// The start of the claim script, before [`PRELUDE`]: a replay answered before the
+/// helpers are made (each is a closure made anew on every call). It reads the record with
+/// the one `HMGET` of `read_record` and answers a completed, unexpired one with its values
+/// alone, a bare string. Any other record goes on to [`CLAIM`] with `now` and `values`.
+const CLAIM_REPLAY: &str = r#"
+local now
+do
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local values = redis.call('HMGET', KEYS[1], 'st', 'tok', 'fp', 'worker', 'created', 'expires', 'lease', 'tool', 'ver', 'scope', 'args', 'result', 'err', 'done', 'upd')
+-- The reply is the values as ONE bulk string, a MessagePack array of strings (false where
+-- absent) made by Redis's own C encoder (`cmsgpack`): the client parses one string much
+-- faster than many bulk strings (the `redis` crate's reply parser costs more per element
+-- than the rest of a replay), and a string costs the server less to send than an array
+-- (bench/redis_claim_time.sh). Decided on `st` and `expires` alone: a malformed `expires`
+-- that Lua still reads as a number is refused by the client, which checks every field it
+-- reads (`parse_values`), so the server skips the other checks on the path most claims take.
+local expires = tonumber(values[6])
+if values[1] == 'c' and expires and expires > now then return cmsgpack.pack(values) end
+"#;
+
+/// The rest of the claim script, after [`CLAIM_REPLAY`] (`now`, `values`), [`PRELUDE`] and
+/// [`CLAIM_PRELUDE`].
 const CLAIM: &str = r#"
-local now = now_ms()
-local r, bad = read_record(KEYS[1])
+local r, bad = read_record(KEYS[1], values)
 if bad then return bad end
--- A replay: decided on `st` and `expires` alone, and the client checks every field it reads
--- (`parse_values`), so the server skips the other checks on the path most claims take.
-if r and r.st == 'c' and r.expires > now then return completed(r) end
 if r then
   bad = check(r)
   if bad then return bad end
-  if r.st == 'p' then return existing(r, now) end
+  -- An expired result counts as absent (Redis normally deleted it already).
+  if not (r.st == 'c' and r.expires <= now) then return existing(r, now) end
 end
--- No record, or an expired result, which counts as absent (Redis normally deleted it).
 return fresh(now, now, 'claimed', r ~= nil)
 "#;
 
@@ -487,7 +503,7 @@ impl Scripts {
         let holding = |body: &str| script(&[HOLDER_PRELUDE, body]);
         let settling = |body: &str| script(&[SETTLE_PRELUDE, HOLDER_PRELUDE, body]);
         Self {
-            claim: claiming(CLAIM),
+            claim: Script::new(&[CLAIM_REPLAY, PRELUDE, CLAIM_PRELUDE, CLAIM].concat()),
             takeover: claiming(TAKEOVER),
             complete: settling(COMPLETE),
             release: settling(RELEASE),
@@ -1253,6 +1269,13 @@ fn at(ms: u64) -> SystemTime {
 
 fn parse_outcome(key: &str, op: &str, reply: Value) -> StoreResult<ClaimOutcome> {
     let bad = || unexpected(op, key, &reply);
+    // A completed record: its values, packed (`CLAIM_REPLAY`).
+    if let Value::BulkString(packed) = &reply {
+        let values = unpack(packed).ok_or_else(bad)?;
+        return Ok(ClaimOutcome::Completed(Arc::new(parse_values(
+            key, &values,
+        )?)));
+    }
     let items = array(&reply).ok_or_else(bad)?;
     let (tag, rest) = items.split_first().ok_or_else(bad)?;
     let tag = bytes(tag).ok_or_else(bad)?;
@@ -1260,10 +1283,6 @@ fn parse_outcome(key: &str, op: &str, reply: Value) -> StoreResult<ClaimOutcome>
         (b"acquired", [token]) => ClaimOutcome::Acquired {
             token: uint(token).ok_or_else(bad)?,
         },
-        (b"completed", [packed]) => {
-            let values = bytes(packed).and_then(unpack).ok_or_else(bad)?;
-            ClaimOutcome::Completed(Arc::new(parse_values(key, &values)?))
-        }
         (b"in_progress", [fingerprint, remaining]) => ClaimOutcome::InProgress {
             fingerprint: text(fingerprint).ok_or_else(|| corrupt_field(key, "fp"))?,
             lease_remaining: Duration::from_millis(uint(remaining).ok_or_else(bad)?),
@@ -1398,8 +1417,9 @@ fn parse_record(key: &str, flat: &[&[u8]]) -> StoreResult<Record> {
 }
 
 /// Builds a [`Record`] from the values of [`RECORD_FIELDS`] (a replayed claim's packed
-/// reply), checking every field, the token and the worker included: the claim script
-/// answers a completed record after checking only its state and expiry.
+/// reply), checking every field, the token, the worker and the expiry's form included: the
+/// claim script answers a completed record after checking only its state and that its
+/// expiry reads as a number past now.
 fn parse_values(key: &str, values: &[Option<&[u8]>]) -> StoreResult<Record> {
     if values.len() != RECORD_FIELDS.len() {
         return Err(StoreError::Corrupt(format!(
@@ -1425,6 +1445,13 @@ fn parse_values(key: &str, values: &[Option<&[u8]>]) -> StoreResult<Record> {
     }
     if f.worker.is_none() {
         return Err(corrupt_field(key, "worker"));
+    }
+    // As the scripts' `uint`: at most 15 digits (the claim script only read it as a number).
+    if !f
+        .expires
+        .is_some_and(|e| !e.is_empty() && e.len() <= 15 && e.iter().all(u8::is_ascii_digit))
+    {
+        return Err(corrupt_field(key, "expires"));
     }
     record_of(key, &f)
 }
@@ -1625,7 +1652,7 @@ mod tests {
         }
     }
 
-    /// The scripts' `HMGET` names the fields in [`RECORD_FIELDS`]' order, which
+    /// The scripts' `HMGET`s name the fields in [`RECORD_FIELDS`]' order, which
     /// `parse_values` reads a replayed claim's values by.
     #[test]
     fn the_scripts_read_the_record_fields_in_order() {
@@ -1633,6 +1660,10 @@ mod tests {
         assert!(
             PRELUDE.contains(&format!("redis.call('HMGET', rk, {listed})")),
             "PRELUDE's read_record must read exactly {listed}"
+        );
+        assert!(
+            CLAIM_REPLAY.contains(&format!("redis.call('HMGET', KEYS[1], {listed})")),
+            "CLAIM_REPLAY must read exactly {listed}"
         );
     }
 
@@ -1668,6 +1699,9 @@ mod tests {
             (3, None, "`worker`"),
             (4, Some(&b"x"[..]), "`created`"),
             (11, None, "`result`"),
+            (5, Some(&b"1e20"[..]), "`expires`"),
+            (5, Some(&b"9999999999999999"[..]), "`expires`"),
+            (5, None, "`expires`"),
         ] {
             let msg = field_of(values(&|v| v[at_] = value));
             assert!(msg.contains(field), "{field}: {msg}");
