@@ -168,10 +168,11 @@ local function corrupt(field)
   return redis.error_reply('TC_CORRUPT field `' .. field .. '` is missing or malformed')
 end
 -- The record at rk (from `values`, its fields if already read): nil if absent; nil and an
--- error reply if its `st` or `expires` is malformed. `r.values` holds the fields a reader needs, in the order of the Rust
--- `RECORD_FIELDS` (false where absent). `HMGET` of those fields rather than `HGETALL`:
--- Redis turns each element of a reply into a Lua value at a cost, and fifteen values cost
--- the server less than some thirty names and values (bench/redis_claim_time.sh).
+-- error reply if its `st` or `expires` is malformed. `r.values` holds the fields a reader
+-- needs, in the order of the Rust `RECORD_FIELDS` (false where absent). `HMGET` of those
+-- fields rather than `HGETALL`: Redis turns each element of a reply into a Lua value at a
+-- cost, and fifteen values cost the server less than some thirty names and values
+-- (bench/redis_claim_time.sh).
 local function read_record(rk, values)
   local v = values or redis.call('HMGET', rk, 'st', 'tok', 'fp', 'worker', 'created', 'expires', 'lease', 'tool', 'ver', 'scope', 'args', 'result', 'err', 'done', 'upd')
   local st = v[1]
