@@ -95,10 +95,22 @@ fn ours<S: Store + Clone>(
 
 // ---------------------------------------------------------------- Redis
 
-const CEIL_CLAIM: &str = r"
+/// The store's read of a record in its scripts (`read_record` in
+/// `runtime/src/store/redis.rs`: one `HMGET` of the record's fifteen fields), which every
+/// ceiling script below issues as the store's scripts do.
+macro_rules! read_record {
+    () => {
+        "redis.call('HMGET', KEYS[1], 'st', 'tok', 'fp', 'worker', 'created', 'expires', 'lease', 'tool', 'ver', 'scope', 'args', 'result', 'err', 'done', 'upd')"
+    };
+}
+
+const CEIL_CLAIM: &str = concat!(
+    r"
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local cur = redis.call('HMGET', KEYS[1], 'st', 'tok', 'fp', 'worker', 'created', 'expires', 'lease', 'tool', 'ver', 'scope', 'args', 'result', 'err', 'done', 'upd')
+local cur = ",
+    read_record!(),
+    r"
 local there = redis.call('EXISTS', KEYS[1])
 local tok = redis.call('INCR', 'tcceil:token')
 redis.call('HSET', KEYS[1], 'st', 'p', 'tok', tok, 'lease', now + 30000, 'tool', 'create_order',
@@ -109,12 +121,16 @@ redis.call('ZADD', 'tcceil:expiry', now + 86400000, KEYS[1])
 redis.call('RPUSH', KEYS[2], 'claimed|' .. tok .. '|' .. now .. '|bench')
 redis.call('PEXPIRE', KEYS[2], 86400000)
 return tok
-";
+"
+);
 
-const CEIL_COMPLETE: &str = r"
+const CEIL_COMPLETE: &str = concat!(
+    r"
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local cur = redis.call('HMGET', KEYS[1], 'st', 'tok', 'fp', 'worker', 'created', 'expires', 'lease', 'tool', 'ver', 'scope', 'args', 'result', 'err', 'done', 'upd')
+local cur = ",
+    read_record!(),
+    r"
 redis.call('HSET', KEYS[1], 'st', 'c', 'result', ARGV[1], 'completed', now, 'expires', now + 86400000)
 redis.call('HDEL', KEYS[1], 'lease')
 redis.call('PEXPIRE', KEYS[1], 86400000)
@@ -122,13 +138,18 @@ redis.call('ZREM', 'tcceil:pending', KEYS[1])
 redis.call('ZADD', 'tcceil:expiry', now + 86400000, KEYS[1])
 redis.call('RPUSH', KEYS[2], 'completed|1|' .. now .. '|bench')
 return 1
-";
+"
+);
 
-const CEIL_REPLAY: &str = r"
+const CEIL_REPLAY: &str = concat!(
+    r"
 local t = redis.call('TIME')
-local v = redis.call('HMGET', KEYS[1], 'st', 'tok', 'fp', 'worker', 'created', 'expires', 'lease', 'tool', 'ver', 'scope', 'args', 'result', 'err', 'done', 'upd')
+local v = ",
+    read_record!(),
+    r"
 return cmsgpack.pack(v)
-";
+"
+);
 
 fn host_port(url: &str) -> (String, String) {
     let rest = url.split("://").nth(1).unwrap_or(url);
