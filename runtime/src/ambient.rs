@@ -136,6 +136,17 @@ pub async fn with_store<S: Store, F: Future>(store: S, future: F) -> F::Output {
     STORE.scope(store, future).await
 }
 
+/// [`with_store`] for a store a surface wrapped once when it was configured
+/// (`crate::telemetry::measured`): no wrapping per call (an allocation, and with the
+/// `otel` feature a second layer of timing) and no `async` frame around the scope.
+#[cfg(any(feature = "mcp", feature = "http"))]
+pub(crate) fn with_measured_store<F: Future>(
+    store: Arc<dyn Store>,
+    future: F,
+) -> tokio::task::futures::TaskLocalFuture<Arc<dyn Store>, F> {
+    STORE.scope(store, future)
+}
+
 /// Runs `future` with `scope` (a tenant, a user, a run) folded into every key made inside
 /// it, so the same intent in two scopes never shares a result. Nested scopes compose.
 ///

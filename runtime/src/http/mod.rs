@@ -49,9 +49,10 @@ use axum::http::request::Parts;
 use axum::http::{header, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use futures::future::Either;
 use serde_json::{Map, Value};
 
-use crate::ambient::{client_scope, with_scope, with_store};
+use crate::ambient::{client_scope, with_measured_store, with_scope};
 use crate::error::Error;
 use crate::operation::{Operation, OperationState};
 use crate::registry::{CallArgs, CallResult, Outcome, Registry, ToolDescriptor, ToolOutput};
@@ -206,10 +207,11 @@ impl HttpTools {
     }
 
     /// Runs every call and read with this store (axum runs each request in a task of its
-    /// own, where a store installed with [`with_store`] around the
+    /// own, where a store installed with [`with_store`](crate::with_store) around the
     /// server is not seen).
     pub fn with_store<S: Store>(mut self, store: S) -> Self {
-        self.store = Some(Arc::new(store));
+        // Wrapped once here (with the `otel` feature, timed), not on every call.
+        self.store = Some(crate::telemetry::measured(store));
         self
     }
 
@@ -334,9 +336,23 @@ impl HttpTools {
     /// merged with.
     pub fn into_router<S: Clone + Send + Sync + 'static>(self) -> axum::Router<S> {
         let limit = self.max_body_bytes;
-        axum::Router::new()
+        let mut router = axum::Router::new()
             .route("/tools", get(list_tools))
-            .route("/tools/{name}", post(call_tool))
+            .route("/tools/{name}", post(call_tool));
+        // Each tool whose name is a plain path segment gets a route of its own: a static
+        // route matches without the captured parameter (and the extensions map axum builds
+        // for it), which showed in a replay's profile. Other names, percent-encoded ones
+        // and unknown ones reach `/tools/{name}`, which answers them the same way.
+        for tool in self.registry.iter() {
+            let name = tool.name();
+            if is_plain_segment(name) {
+                let handler = move |State(tools): Tools, request: axum::extract::Request| {
+                    call_named(tools, name, request)
+                };
+                router = router.route(&format!("/tools/{name}"), post(handler));
+            }
+        }
+        router
             .route("/operations/{key}", get(read_operation))
             .route("/operations/{key}/approve", post(decide::approve))
             .route("/operations/{key}/deny", post(decide::deny))
@@ -385,54 +401,84 @@ impl HttpTools {
     /// Runs `future` as every request runs: on this router's store, in the request's tenant
     /// scope and, nested inside it, the client's intent key (`client:<key>`, as MCP folds
     /// its `idempotencyKey`).
-    async fn in_context<T>(
-        &self,
+    fn in_context<'a, T: 'a>(
+        &'a self,
         tenant: Option<String>,
         client_key: Option<&str>,
-        future: impl Future<Output = T> + Send,
-    ) -> T {
-        if tenant.is_none() && client_key.is_none() {
+        future: impl Future<Output = T> + Send + 'a,
+    ) -> impl Future<Output = T> + Send + 'a {
+        // Built, not an `async fn`: its frame would hold the call's future two or three
+        // times over, and every call's future is boxed and moved by axum.
+        let scoped = if tenant.is_none() && client_key.is_none() {
             // No scope to nest: the call's future is awaited in place, not boxed.
-            return match &self.store {
-                Some(store) => with_store(Arc::clone(store), future).await,
-                None => future.await,
+            Either::Left(future)
+        } else {
+            let future: Pin<Box<dyn Future<Output = T> + Send + 'a>> = match client_key {
+                Some(key) => Box::pin(with_scope(client_scope(key), future)),
+                None => Box::pin(future),
             };
-        }
-        let future: Pin<Box<dyn Future<Output = T> + Send + '_>> = match client_key {
-            Some(key) => Box::pin(with_scope(client_scope(key), future)),
-            None => Box::pin(future),
-        };
-        let future: Pin<Box<dyn Future<Output = T> + Send + '_>> = match tenant {
-            Some(tenant) => Box::pin(with_scope(tenant, future)),
-            None => future,
+            let future: Pin<Box<dyn Future<Output = T> + Send + 'a>> = match tenant {
+                Some(tenant) => Box::pin(with_scope(tenant, future)),
+                None => future,
+            };
+            Either::Right(future)
         };
         match &self.store {
-            Some(store) => with_store(Arc::clone(store), future).await,
-            None => future.await,
+            Some(store) => Either::Left(with_measured_store(Arc::clone(store), scoped)),
+            None => Either::Right(scoped),
         }
     }
 }
 
 type Tools = State<Arc<HttpTools>>;
 
-/// `POST /tools/{name}`.
+/// Whether `name` can be a route's path segment as it is (RFC 3986 unreserved characters,
+/// not `.` or `..`), so that `/tools/{name}` reaches it without percent-encoding.
+fn is_plain_segment(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~'))
+}
+
+/// `POST /tools/{name}`: names without a route of their own (see
+/// [`HttpTools::into_router`]), percent-encoded ones and unknown ones.
 async fn call_tool(
     State(tools): Tools,
-    OriginalUri(original): OriginalUri,
     name: Result<Path<String>, PathRejection>,
     request: axum::extract::Request,
 ) -> Response {
-    // The request taken apart rather than `Parts` extracted: that extractor clones the head
-    // (headers, extensions), which showed in a replay's profile.
-    let (parts, body) = request.into_parts();
-    let html = headers::prefers_html(&parts.headers);
-    let refuse = |problem: Problem| with_vary(respond_problem(problem, html));
     let Ok(Path(name)) = name else {
-        return refuse(Problem::new(
-            ProblemType::UnknownTool,
-            "the tool name in the path is not valid percent-encoded UTF-8; list the tools with GET /tools",
+        let html = headers::prefers_html(request.headers());
+        return with_vary(respond_problem(
+            Problem::new(
+                ProblemType::UnknownTool,
+                "the tool name in the path is not valid percent-encoded UTF-8; list the tools with GET /tools",
+            ),
+            html,
         ));
     };
+    call_named(tools, &name, request).await
+}
+
+/// `POST /tools/{name}` for the tool `name`.
+async fn call_named(
+    tools: Arc<HttpTools>,
+    name: &str,
+    request: axum::extract::Request,
+) -> Response {
+    // The request taken apart rather than `Parts` extracted: that extractor clones the head
+    // (headers, extensions), which showed in a replay's profile; the original URI is read
+    // in place for the same reason (axum's router puts it in the extensions).
+    let (parts, body) = request.into_parts();
+    let original = parts
+        .extensions
+        .get::<OriginalUri>()
+        .map_or(&parts.uri, |original| &original.0);
+    let html = headers::prefers_html(&parts.headers);
+    let refuse = |problem: Problem| with_vary(respond_problem(problem, html));
     if headers::is_cross_origin(&parts.method, &parts.headers, &tools.trusted_origins) {
         return refuse(Problem::new(
             ProblemType::CrossOrigin,
@@ -443,13 +489,13 @@ async fn call_tool(
         Ok(tenant) => tenant,
         Err(rejection) => return rejection.into_response(),
     };
-    let Some(tool) = tools.registry.get(&name) else {
+    let Some(tool) = tools.registry.get(name) else {
         return refuse(Problem::from_error(
-            &tools.registry.unknown_tool(&name),
+            &tools.registry.unknown_tool(name),
             None,
         ));
     };
-    let client_key = match headers::client_key(&parts.headers, &name) {
+    let client_key = match headers::client_key(&parts.headers, name) {
         Ok(key) => key,
         Err(e) => return refuse(Problem::from_error(&e, None)),
     };
@@ -458,7 +504,7 @@ async fn call_tool(
         Ok(args) => args,
         Err(problem) => return refuse(*problem),
     };
-    let prefix = tools.prefix(&original, "/tools/");
+    let prefix = tools.prefix(original, "/tools/");
     let text;
     let args = match args {
         // JSON text goes to the tool's parameters with no `Value` built on the way.
@@ -471,7 +517,7 @@ async fn call_tool(
         }
         Arguments::Value(value) => CallArgs::Value(value),
     };
-    let call = tools.registry.call_args(&name, args);
+    let call = tools.registry.call_args(name, args);
     match tools
         .in_context(tenant.clone(), client_key.as_deref(), call)
         .await
@@ -483,11 +529,13 @@ async fn call_tool(
         ),
         Err(e @ Error::AwaitingApproval { .. }) => {
             let key = e.key().unwrap_or_default().to_owned();
-            decide::awaiting(&tools, tenant, &e, &key, &prefix, html).await
+            // Boxed: these branches' futures (a read of the operation) would otherwise
+            // make every call's future several kilobytes, which axum boxes and moves.
+            Box::pin(decide::awaiting(&tools, tenant, &e, &key, &prefix, html)).await
         }
         Err(e @ Error::Denied { .. }) => {
             let key = e.key().unwrap_or_default().to_owned();
-            decide::denied(&tools, tenant, &e, &key, &prefix, html).await
+            Box::pin(decide::denied(&tools, tenant, &e, &key, &prefix, html)).await
         }
         Err(e) => {
             tracing::debug!(tool = %name, code = e.code(), key = ?e.key(), "tool-contracts: HTTP call answered with a problem");
@@ -570,9 +618,8 @@ fn answer(output: ToolOutput<CallResult>, prefix: &str, representation: bool) ->
         .into_response();
     };
     if representation {
-        let mut response = result_response(value);
+        let mut response = result_response_with(value, 3);
         let headers = response.headers_mut();
-        headers.reserve(3);
         headers.insert(header::CONTENT_LOCATION, location);
         headers.insert(PREFERENCE_APPLIED, RETURN_REPRESENTATION);
         headers.insert(outcome.0, outcome.1);
@@ -780,15 +827,22 @@ fn respond_problem(problem: Problem, html: bool) -> Response {
 /// A `200 OK` with a call's result, sent as the registry encoded it (a JSON body's call
 /// comes back as JSON text, written as it is).
 fn result_response(result: CallResult) -> Response {
-    match result {
-        CallResult::Value(value) => json_response(StatusCode::OK, &value),
-        CallResult::Text(text) => (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, APPLICATION_JSON)],
-            text,
-        )
-            .into_response(),
-    }
+    result_response_with(result, 0)
+}
+
+/// A `200` with the result as its JSON body and room for `extra` more headers: the
+/// response built in place, its header map allocated once (the tuple form sets a
+/// `text/plain` type, replaces it and grows the map for each header added after).
+fn result_response_with(result: CallResult, extra: usize) -> Response {
+    let body = match result {
+        CallResult::Value(value) => serde_json::to_vec(&value).unwrap_or_default(),
+        CallResult::Text(text) => text.into_bytes(),
+    };
+    let mut response = Response::new(axum::body::Body::from(body));
+    let headers = response.headers_mut();
+    headers.reserve(1 + extra);
+    headers.insert(header::CONTENT_TYPE, APPLICATION_JSON);
+    response
 }
 
 fn json_response(status: StatusCode, value: &Value) -> Response {

@@ -367,6 +367,16 @@ async fn a_call_redirects_to_its_operation_and_a_replay_to_the_same_one() {
     assert_eq!(form.location(), location);
     assert_eq!(effects(101), 1);
 
+    // The tool's own route and the captured `/tools/{name}` (here reached by a
+    // percent-encoded name) are one tool: the same key, nothing runs again.
+    let encoded = send(&app, post_json("/tools/pl%61ce", order(101, "c-1", "hi"))).await;
+    assert_eq!(encoded.status, StatusCode::SEE_OTHER, "{}", encoded.text);
+    assert_eq!(encoded.location(), location);
+    assert_eq!(encoded.header(OUTCOME_HEADER), Some("replayed"));
+    assert_eq!(effects(101), 1);
+    assert!(is_plain_segment("place") && is_plain_segment("a.b-c_d~1"));
+    assert!(!is_plain_segment("") && !is_plain_segment("..") && !is_plain_segment("{x}"));
+
     for _ in 0..3 {
         let read = send(&app, get(&location)).await;
         assert_eq!(read.status, StatusCode::OK, "{}", read.text);

@@ -9,6 +9,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use futures::future::Either;
 use rmcp::model::{
     CallToolRequestMethod, CallToolRequestParams, CallToolResponse, CallToolResult,
     CancelTaskParams, ConstString, ContentBlock, CustomRequest, CustomResult, ErrorCode,
@@ -28,7 +29,7 @@ use super::{
     operation_uri, transport, McpServer, CALL_META_KEY, CLIENT_KEY_MAX_CHARS, CLIENT_KEY_META_KEY,
     CLIENT_KEY_PARAM, OPERATION_TOOL, OPERATION_URI_PREFIX, WRAPPED_RESULT_FIELD,
 };
-use crate::ambient::{client_scope, with_progress, with_scope, with_store, ProgressHook};
+use crate::ambient::{client_scope, with_measured_store, with_progress, with_scope, ProgressHook};
 use crate::error::Error;
 use crate::registry::{ToolDescriptor, ToolOutput};
 use crate::spec::TaskSupport;
@@ -205,14 +206,23 @@ impl McpServer {
     }
 
     /// Runs `future` as this server runs every request: in its scope, on its store.
-    async fn in_context<T>(&self, future: impl Future<Output = T> + Send) -> T {
-        let future: Pin<Box<dyn Future<Output = T> + Send + '_>> = match &self.inner.scope {
-            Some(scope) => Box::pin(with_scope(scope.clone(), future)),
-            None => Box::pin(future),
+    fn in_context<'a, T: 'a>(
+        &'a self,
+        future: impl Future<Output = T> + Send + 'a,
+    ) -> impl Future<Output = T> + Send + 'a {
+        // Built, not an `async fn`, and the call's future boxed only inside a scope: an
+        // `async` frame would hold it more than once.
+        let scoped = match &self.inner.scope {
+            Some(scope) => {
+                let future: Pin<Box<dyn Future<Output = T> + Send + 'a>> =
+                    Box::pin(with_scope(scope.clone(), future));
+                Either::Left(future)
+            }
+            None => Either::Right(future),
         };
         match &self.inner.store {
-            Some(store) => with_store(Arc::clone(store), future).await,
-            None => future.await,
+            Some(store) => Either::Left(with_measured_store(Arc::clone(store), scoped)),
+            None => Either::Right(scoped),
         }
     }
 

@@ -234,7 +234,8 @@ impl McpServer {
     /// Runs every call with this store (rmcp runs each request in its own task, where a
     /// store installed with [`with_store`](crate::with_store) around the server is not seen).
     pub fn with_store<S: Store>(self, store: S) -> Self {
-        let store: Arc<dyn Store> = Arc::new(store);
+        // Wrapped once here (with the `otel` feature, timed), not on every call.
+        let store = crate::telemetry::measured(store);
         self.map(|inner| inner.store = Some(store))
     }
 
