@@ -6,9 +6,11 @@
 //! `String` note) on each iteration, through `black_box` (`args`), so the argument
 //! allocations are made in every variant and cancel out of the ratios; the registry
 //! variants build them as the `serde_json::Value` a registry caller hands over
-//! (`Registry::call`) or as the JSON text of a request body (`Registry::call_json`); one
-//! more decodes that text with `serde_json` alone before the direct call, the floor of
-//! any registry taking JSON text.
+//! (`Registry::call`) or as the JSON text of a request body (`Registry::call_json`): the
+//! same text every time (a retry's body, which a thread keeps derived after its second
+//! time, `runtime/src/derived.rs`) or two texts of the same call in turn (every replay
+//! decodes); one more decodes that text with `serde_json` alone before the direct call,
+//! the floor of any registry that decodes JSON text.
 //! Async variants run N calls inside one `block_on` (criterion's `iter_custom`), so the
 //! executor's entry cost is not counted per call.
 //!
@@ -31,7 +33,9 @@ use std::time::Instant;
 use cached::proc_macro::cached;
 use criterion::Criterion;
 use serde_json::json;
-use tool::{body, cart, create_order, BenchError, Cart, Order, PlainArgs, ARGS_TEXT};
+use tool::{
+    body, cart, create_order, BenchError, Cart, Order, PlainArgs, ARGS_TEXT, ARGS_TEXT_SPACED,
+};
 use tool_contracts::{registry, with_store, MemoryStore};
 
 /// The same function, bare.
@@ -124,6 +128,26 @@ fn bench(c: &mut Criterion) {
             start.elapsed()
         }))
     };
+    // The same call as two texts that differ by one trailing space, sent in turn: a thread
+    // keeps a text's derivation only on its second in a row (`runtime/src/derived.rs`), so
+    // here every replay decodes the text and derives the key, as a retry whose text was
+    // encoded again with other spacing does.
+    let registry_text_alternating = |n: u64| {
+        rt.block_on(with_store(Arc::clone(&store), async move {
+            let start = Instant::now();
+            for i in 0..n {
+                let text = if i % 2 == 0 {
+                    ARGS_TEXT
+                } else {
+                    ARGS_TEXT_SPACED
+                };
+                let args = black_box(String::from(text));
+                let out = registry().call_json("create_order", &args).await;
+                black_box(out.expect("replay"));
+            }
+            start.elapsed()
+        }))
+    };
     // The floor under the text variant: the same text decoded by `serde_json` alone, then
     // the direct call (its replay). What `call_json` costs above this is the registry's
     // own (the members check, the dispatch, the stored text handed back).
@@ -147,6 +171,9 @@ fn bench(c: &mut Criterion) {
     });
     g.bench_function("replay/ours_registry_text", |b| {
         b.iter_custom(registry_text_replay)
+    });
+    g.bench_function("replay/ours_registry_text_alternating", |b| {
+        b.iter_custom(registry_text_alternating)
     });
     g.bench_function("replay/serde_json_decode_then_direct", |b| {
         b.iter_custom(decode_then_replay)
@@ -197,6 +224,11 @@ fn bench(c: &mut Criterion) {
     println!(
         "{}",
         r.line("call/replay/ours_registry_text / replay/ours_memory")
+    );
+    let r = common::paired::paired(rounds, batch, registry_text_alternating, replay);
+    println!(
+        "{}",
+        r.line("call/replay/ours_registry_text_alternating / replay/ours_memory")
     );
     // The text variant split in two: the decode floor over the direct replay, and ours
     // over that floor.

@@ -634,6 +634,7 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
     let report = private("__tc_report");
     let error = private("__tc_error");
     let stored = private("__tc_stored");
+    let source = private("__tc_source");
     let call = &n.call;
     let fast_path = has_fast(c);
     // The tool's future, given the call its registry entry point made (if it made one).
@@ -687,22 +688,40 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
                 #value: #p::CallArgs<#lifetime>,
             ) -> #p::Fast<#lifetime> {
                 let #text = #p::CallArgs::is_text(&#value);
-                let #decoded: #args = match #p::decode_tool_input(&#spec, &#schema_cell, #input_schema, #value) {
-                    ::core::result::Result::Ok(#decoded) => #decoded,
-                    ::core::result::Result::Err(#error) => return #p::Fast::Refused(#error),
+                // The parameters, or (for a call this thread derived before from the same
+                // text) that text, decoded only if the body must run.
+                let (#call, #decoded): (_, ::core::result::Result<#args, &#lifetime str>) = match #p::recall_call(&#spec, &#value) {
+                    ::core::option::Option::Some((#call, #source)) => (::core::result::Result::Ok(#call), ::core::result::Result::Err(#source)),
+                    ::core::option::Option::None => {
+                        let #source = #p::args_text(&#value);
+                        let #decoded: #args = match #p::decode_tool_input(&#spec, &#schema_cell, #input_schema, #value) {
+                            ::core::result::Result::Ok(#decoded) => #decoded,
+                            ::core::result::Result::Err(#error) => return #p::Fast::Refused(#error),
+                        };
+                        let #args { #(#arg_names,)* } = #decoded;
+                        let mut #builder = #p::CallBuilder::keyed(&#spec, #tail);
+                        #key_fields
+                        #arg_calls
+                        let #call = #builder.finish();
+                        #p::note_call(&#spec, #source, &#call);
+                        (#call, ::core::result::Result::Ok(#args { #(#arg_names,)* }))
+                    }
                 };
-                let #args { #(#arg_names,)* } = #decoded;
-                let mut #builder = #p::CallBuilder::keyed(&#spec, #tail);
-                #key_fields
-                #arg_calls
-                let #call = #builder.finish();
-                let #decoded = #args { #(#arg_names,)* };
                 let #ops = #ops_of();
                 match #p::replay_now(#call, #ops, #has_verify, #text, |#result, #stored| {
                     (&&#encoder(::core::cell::Cell::new(::core::option::Option::Some(#result)))).__tc_encode(#text, #stored)
                 }) {
                     #p::Now::Done(#result, #report) => #p::Fast::Done(#result, #report),
-                    #p::Now::Run(#call) => #p::Fast::Run(#run_fn(#ctx, #decoded, ::core::option::Option::Some(#call), #text)),
+                    #p::Now::Run(#call) => {
+                        let #decoded = match #decoded {
+                            ::core::result::Result::Ok(#decoded) => #decoded,
+                            ::core::result::Result::Err(#source) => match #p::decode_tool_input(&#spec, &#schema_cell, #input_schema, #p::CallArgs::Text(#source)) {
+                                ::core::result::Result::Ok(#decoded) => #decoded,
+                                ::core::result::Result::Err(#error) => return #p::Fast::Refused(#error),
+                            },
+                        };
+                        #p::Fast::Run(#run_fn(#ctx, #decoded, ::core::option::Option::Some(#call), #text))
+                    }
                 }
             }
         };

@@ -108,6 +108,33 @@ pub fn decode_tool_input<A: DeserializeOwned>(
     decode_tool_args(spec, schema, input_schema, &value)
 }
 
+/// The call a registry entry point made on this thread from byte-identical JSON text for
+/// this tool in this scope (`derived.rs`), with that text (for a decode if the body must
+/// run); `None` for arguments given as a `Value`, or text not kept.
+pub fn recall_call<'a>(spec: &'static ToolSpec, args: &CallArgs<'a>) -> Option<(Call, &'a str)> {
+    match *args {
+        CallArgs::Text(text) => crate::derived::recall(spec, text).map(|call| (call, text)),
+        CallArgs::Value(_) => None,
+    }
+}
+
+/// The JSON text of a registry call's arguments, if given as text: what [`note_call`]
+/// notes the call it makes under.
+pub fn args_text<'a>(args: &CallArgs<'a>) -> Option<&'a str> {
+    match *args {
+        CallArgs::Text(text) => Some(text),
+        CallArgs::Value(_) => None,
+    }
+}
+
+/// Notes a call a registry entry point derived from JSON text, for [`recall_call`] to
+/// give back for the same text (`derived.rs`); a refused call is never kept.
+pub fn note_call(spec: &'static ToolSpec, text: Option<&str>, call: &Result<Call, Error>) {
+    if let (Some(text), Ok(call)) = (text, call) {
+        crate::derived::note(spec, text, call);
+    }
+}
+
 /// Decodes a tool's JSON arguments, naming the offending field on failure.
 pub fn decode_args<A: DeserializeOwned>(spec: &'static ToolSpec, args: &Value) -> Result<A, Error> {
     let empty;

@@ -218,6 +218,34 @@ thread_local! {
     static SPARE_ARGS: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
 }
 
+impl Call {
+    /// A call [`derived::recall`](crate::derived::recall) kept from an earlier derivation
+    /// of byte-identical arguments: `key` and `args` as that derivation made them in
+    /// `scope`, the approval rule read again.
+    pub(crate) fn recalled(
+        spec: &'static ToolSpec,
+        key: String,
+        scope: Option<Arc<str>>,
+        args: String,
+    ) -> Self {
+        Call {
+            spec,
+            key,
+            scope,
+            fingerprint: OnceLock::new(),
+            args,
+            approval: crate::approval::required_by_rule(spec),
+            asked: None,
+        }
+    }
+
+    /// What a derivation made that [`derived`](crate::derived) keeps: the key, the scope it
+    /// was made in, the canonical arguments.
+    pub(crate) fn derived(&self) -> (&str, Option<&Arc<str>>, &str) {
+        (&self.key, self.scope.as_ref(), &self.args)
+    }
+}
+
 impl Drop for Call {
     /// Gives the arguments buffer back to this thread's [`SPARE_ARGS`] (unless it is large).
     fn drop(&mut self) {

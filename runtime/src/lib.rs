@@ -34,6 +34,7 @@ mod ambient;
 pub mod approval;
 mod contracts;
 mod decoded;
+mod derived;
 #[cfg(feature = "http-client")]
 pub mod downstream;
 mod engine;
