@@ -634,7 +634,6 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
     let report = private("__tc_report");
     let error = private("__tc_error");
     let stored = private("__tc_stored");
-    let source = private("__tc_source");
     let call = &n.call;
     let fast_path = has_fast(c);
     // The tool's future, given the call its registry entry point made (if it made one).
@@ -669,7 +668,7 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
     };
     let invoke_body = quote_spanned! {fn_name.span()=>
         let #text = #p::CallArgs::is_text(&#value);
-        match #p::decode_tool_input::<#args>(&#spec, &#schema_cell, #input_schema, #value) {
+        match #p::decode_tool_input::<#args>(&#spec, &#schema_cell, #input_schema, &#value) {
             ::core::result::Result::Ok(#decoded) => #run_fn(#ctx, #decoded, #prepared_none #text),
             ::core::result::Result::Err(#error) => {
                 ::std::boxed::Box::pin(::core::future::ready(::core::result::Result::Err(#error)))
@@ -688,13 +687,12 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
                 #value: #p::CallArgs<#lifetime>,
             ) -> #p::Fast<#lifetime> {
                 let #text = #p::CallArgs::is_text(&#value);
-                // The parameters, or (for a call this thread derived before from the same
-                // text) that text, decoded only if the body must run.
-                let (#call, #decoded): (_, ::core::result::Result<#args, &#lifetime str>) = match #p::recall_call(&#spec, &#value) {
-                    ::core::option::Option::Some((#call, #source)) => (::core::result::Result::Ok(#call), ::core::result::Result::Err(#source)),
+                // The parameters, or `None` for a call this thread derived before from the
+                // same arguments: then decoded only if the body must run.
+                let (#call, #decoded): (_, ::core::option::Option<#args>) = match #p::recall_call(&#spec, &#value) {
+                    ::core::option::Option::Some(#call) => (::core::result::Result::Ok(#call), ::core::option::Option::None),
                     ::core::option::Option::None => {
-                        let #source = #p::args_text(&#value);
-                        let #decoded: #args = match #p::decode_tool_input(&#spec, &#schema_cell, #input_schema, #value) {
+                        let #decoded: #args = match #p::decode_tool_input(&#spec, &#schema_cell, #input_schema, &#value) {
                             ::core::result::Result::Ok(#decoded) => #decoded,
                             ::core::result::Result::Err(#error) => return #p::Fast::Refused(#error),
                         };
@@ -703,8 +701,8 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
                         #key_fields
                         #arg_calls
                         let #call = #builder.finish();
-                        #p::note_call(&#spec, #source, &#call);
-                        (#call, ::core::result::Result::Ok(#args { #(#arg_names,)* }))
+                        #p::note_call(&#spec, &#value, &#call);
+                        (#call, ::core::option::Option::Some(#args { #(#arg_names,)* }))
                     }
                 };
                 let #ops = #ops_of();
@@ -714,8 +712,8 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
                     #p::Now::Done(#result, #report) => #p::Fast::Done(#result, #report),
                     #p::Now::Run(#call) => {
                         let #decoded = match #decoded {
-                            ::core::result::Result::Ok(#decoded) => #decoded,
-                            ::core::result::Result::Err(#source) => match #p::decode_tool_input(&#spec, &#schema_cell, #input_schema, #p::CallArgs::Text(#source)) {
+                            ::core::option::Option::Some(#decoded) => #decoded,
+                            ::core::option::Option::None => match #p::decode_tool_input(&#spec, &#schema_cell, #input_schema, &#value) {
                                 ::core::result::Result::Ok(#decoded) => #decoded,
                                 ::core::result::Result::Err(#error) => return #p::Fast::Refused(#error),
                             },

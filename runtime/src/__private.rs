@@ -85,10 +85,10 @@ pub fn decode_tool_input<A: DeserializeOwned>(
     spec: &'static ToolSpec,
     schema: &'static SchemaCell,
     input_schema: fn() -> Value,
-    args: CallArgs<'_>,
+    args: &CallArgs<'_>,
 ) -> Result<A, Error> {
-    let text = match args {
-        CallArgs::Value(value) => return decode_tool_args(spec, schema, input_schema, &value),
+    let text = match *args {
+        CallArgs::Value(ref value) => return decode_tool_args(spec, schema, input_schema, value),
         CallArgs::Text(text) => text,
     };
     let members = schema
@@ -108,30 +108,18 @@ pub fn decode_tool_input<A: DeserializeOwned>(
     decode_tool_args(spec, schema, input_schema, &value)
 }
 
-/// The call a registry entry point made on this thread from byte-identical JSON text for
-/// this tool in this scope (`derived.rs`), with that text (for a decode if the body must
-/// run); `None` for arguments given as a `Value`, or text not kept.
-pub fn recall_call<'a>(spec: &'static ToolSpec, args: &CallArgs<'a>) -> Option<(Call, &'a str)> {
-    match *args {
-        CallArgs::Text(text) => crate::derived::recall(spec, text).map(|call| (call, text)),
-        CallArgs::Value(_) => None,
-    }
+/// The call a registry entry point made on this thread from the same JSON arguments for
+/// this tool in this scope (`derived.rs`: byte-identical text, or an equal `Value`), if
+/// this thread kept it; the arguments are then decoded only if the body must run.
+pub fn recall_call(spec: &'static ToolSpec, args: &CallArgs<'_>) -> Option<Call> {
+    crate::derived::recall(spec, args)
 }
 
-/// The JSON text of a registry call's arguments, if given as text: what [`note_call`]
-/// notes the call it makes under.
-pub fn args_text<'a>(args: &CallArgs<'a>) -> Option<&'a str> {
-    match *args {
-        CallArgs::Text(text) => Some(text),
-        CallArgs::Value(_) => None,
-    }
-}
-
-/// Notes a call a registry entry point derived from JSON text, for [`recall_call`] to
-/// give back for the same text (`derived.rs`); a refused call is never kept.
-pub fn note_call(spec: &'static ToolSpec, text: Option<&str>, call: &Result<Call, Error>) {
-    if let (Some(text), Ok(call)) = (text, call) {
-        crate::derived::note(spec, text, call);
+/// Notes a call a registry entry point derived from `args`, for [`recall_call`] to give
+/// back for the same arguments (`derived.rs`); a refused call is never kept.
+pub fn note_call(spec: &'static ToolSpec, args: &CallArgs<'_>, call: &Result<Call, Error>) {
+    if let Ok(call) = call {
+        crate::derived::note(spec, args, call);
     }
 }
 

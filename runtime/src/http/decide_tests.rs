@@ -139,7 +139,7 @@ mod fixtures {
         args: CallArgs<'a>,
     ) -> BoxFuture<'a, Result<CallResult, Error>> {
         Box::pin(async move {
-            let args: Args = decode_tool_input(spec, schema, refund_schema, args)?;
+            let args: Args = decode_tool_input(spec, schema, refund_schema, &args)?;
             refund(spec, args).await.map(CallResult::Value)
         })
     }

@@ -147,7 +147,7 @@ mod fixtures {
     ) -> BoxFuture<'a, Result<CallResult, Error>> {
         Box::pin(async move {
             static SCHEMA: SchemaCell = SchemaCell::new();
-            let args: Args = decode_tool_input(&PLACE_SPEC, &SCHEMA, place_schema, args)?;
+            let args: Args = decode_tool_input(&PLACE_SPEC, &SCHEMA, place_schema, &args)?;
             place(args)
                 .await
                 .map(CallResult::Value)

@@ -1,8 +1,9 @@
-//! A registry call given as JSON text (`Registry::call_json`, as the HTTP tools router hands
-//! its bodies over): a retry with byte-identical text on the same thread takes the key and
-//! arguments derived before instead of decoding again (`runtime/src/derived.rs`), and
-//! never makes a different call than a decode would: another text, another scope, another
-//! store, a lowered size limit each get exactly the full path's answer.
+//! A retried registry call: a retry with byte-identical JSON text (`Registry::call_json`,
+//! as the HTTP tools router hands its bodies over) or an equal `Value` (`Registry::call`,
+//! as MCP does) on the same thread takes the key and arguments derived before instead of
+//! decoding again (`runtime/src/derived.rs`), and never makes a different call than a
+//! decode would: other bytes, another scope, another store, a lowered size limit, a number
+//! of another kind each get exactly the full path's answer.
 //!
 //! Each test counts the decodes of the tool's `cart` parameter. The tests share one process
 //! setting (the arguments' size limit) and one counter, so they take [`SERIAL`] in turn.
@@ -99,6 +100,45 @@ async fn a_retry_with_the_same_text_replays_without_decoding_and_as_a_decode_wou
         let value = serde_json::from_str(TEXT).unwrap();
         let by_value = registry().call("text_order", value).await.unwrap();
         assert_eq!(by_value.key, first.key);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_retry_with_an_equal_value_replays_without_decoding_and_refuses_what_a_decode_refuses() {
+    let _serial = SERIAL.lock().await;
+    with_store(MemoryStore::new(), async {
+        let value: serde_json::Value = serde_json::from_str(TEXT).unwrap();
+        let first = registry().call("text_order", value.clone()).await.unwrap();
+        assert_eq!(first.outcome, Outcome::Executed);
+        let (decodes, runs) = counts();
+        for i in 0..5 {
+            let out = registry().call("text_order", value.clone()).await.unwrap();
+            assert_eq!(out.outcome, Outcome::Replayed, "replay {i}");
+            assert_eq!(out.key, first.key);
+            assert_eq!(out.value, first.value);
+        }
+        assert_eq!(
+            counts(),
+            (decodes + 1, runs),
+            "decoded on the first replay only"
+        );
+        // The members in another order are an equal value: recalled, the same key.
+        let reordered: serde_json::Value = serde_json::from_str(SPACED).unwrap();
+        let out = registry().call("text_order", reordered).await.unwrap();
+        assert_eq!(
+            (out.key, out.outcome),
+            (first.key.clone(), Outcome::Replayed)
+        );
+        assert_eq!(counts(), (decodes + 1, runs));
+        // `7.0` is not `7`: decoded, and refused as a decode refuses it.
+        let float = serde_json::json!({"user_id": 7.0, "cart": {"id": "c-42"}, "note": "gift"});
+        let refused = registry().call("text_order", float).await;
+        assert!(
+            matches!(refused, Err(Error::InvalidArguments { .. })),
+            "{refused:?}"
+        );
+        assert_eq!(counts().1, runs, "nothing ran");
     })
     .await;
 }
