@@ -34,7 +34,7 @@ use cached::proc_macro::cached;
 use criterion::Criterion;
 use serde_json::json;
 use tool::{
-    body, cart, create_order, BenchError, Cart, Order, PlainArgs, ARGS_TEXT, ARGS_TEXT_SPACED,
+    body, cart, create_order, BenchError, Cart, Order, PlainArgs, ARGS_TEXT, ARGS_TEXTS_SPACED,
 };
 use tool_contracts::{registry, with_store, MemoryStore};
 
@@ -128,19 +128,19 @@ fn bench(c: &mut Criterion) {
             start.elapsed()
         }))
     };
-    // The same call as two texts that differ by one trailing space, sent in turn: a thread
-    // keeps a text's derivation only on its second in a row (`runtime/src/derived.rs`), so
-    // here every replay decodes the text and derives the key, as a retry whose text was
-    // encoded again with other spacing does.
+    // The same call as two other texts (one leading space, one trailing space), sent in
+    // turn, the turn kept across batches: a thread keeps arguments derived only on their
+    // second derivation in a row (`runtime/src/derived.rs`), so here every replay decodes
+    // the text and derives the key, as a retry whose text was encoded again with other
+    // spacing does (and neither text is `ARGS_TEXT`, which the variant above keeps).
+    let turn = std::cell::Cell::new(0_usize);
     let registry_text_alternating = |n: u64| {
+        let turn = &turn;
         rt.block_on(with_store(Arc::clone(&store), async move {
             let start = Instant::now();
-            for i in 0..n {
-                let text = if i % 2 == 0 {
-                    ARGS_TEXT
-                } else {
-                    ARGS_TEXT_SPACED
-                };
+            for _ in 0..n {
+                let text = ARGS_TEXTS_SPACED[turn.get() % 2];
+                turn.set(turn.get() + 1);
                 let args = black_box(String::from(text));
                 let out = registry().call_json("create_order", &args).await;
                 black_box(out.expect("replay"));

@@ -39,10 +39,13 @@ pub enum BenchError {
 /// `dedup_path` and `replay_profile` sends them.
 pub const ARGS_TEXT: &str = r#"{"user_id":7,"cart":{"id":"c-42","items":["book"]},"note":"gift"}"#;
 
-/// [`ARGS_TEXT`] with one trailing space: other bytes for the same call, which a thread's
-/// kept derivation of `ARGS_TEXT` (`runtime/src/derived.rs`) does not answer.
-pub const ARGS_TEXT_SPACED: &str =
-    r#"{"user_id":7,"cart":{"id":"c-42","items":["book"]},"note":"gift"} "#;
+/// [`ARGS_TEXT`] with one leading space, and with one trailing space: two other texts of
+/// the same call, which `dedup_path` sends in turn so that a thread never keeps either
+/// derived (`runtime/src/derived.rs` keeps arguments on their second derivation in a row).
+pub const ARGS_TEXTS_SPACED: [&str; 2] = [
+    r#" {"user_id":7,"cart":{"id":"c-42","items":["book"]},"note":"gift"}"#,
+    r#"{"user_id":7,"cart":{"id":"c-42","items":["book"]},"note":"gift"} "#,
+];
 
 /// `create_order`'s arguments decoded by `serde_json` alone (its derive, unknown fields
 /// refused, no members check): the floor of any registry that decodes JSON text with

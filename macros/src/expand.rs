@@ -634,6 +634,7 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
     let report = private("__tc_report");
     let error = private("__tc_error");
     let stored = private("__tc_stored");
+    let missed = private("__tc_missed");
     let call = &n.call;
     let fast_path = has_fast(c);
     // The tool's future, given the call its registry entry point made (if it made one).
@@ -690,8 +691,8 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
                 // The parameters, or `None` for a call this thread derived before from the
                 // same arguments: then decoded only if the body must run.
                 let (#call, #decoded): (_, ::core::option::Option<#args>) = match #p::recall_call(&#spec, &#value) {
-                    ::core::option::Option::Some(#call) => (::core::result::Result::Ok(#call), ::core::option::Option::None),
-                    ::core::option::Option::None => {
+                    #p::Recall::Kept(#call) => (::core::result::Result::Ok(#call), ::core::option::Option::None),
+                    #p::Recall::Missed(#missed) => {
                         let #decoded: #args = match #p::decode_tool_input(&#spec, &#schema_cell, #input_schema, &#value) {
                             ::core::result::Result::Ok(#decoded) => #decoded,
                             ::core::result::Result::Err(#error) => return #p::Fast::Refused(#error),
@@ -701,7 +702,7 @@ fn registration(c: &Contract, n: &Names) -> TokenStream {
                         #key_fields
                         #arg_calls
                         let #call = #builder.finish();
-                        #p::note_call(&#spec, &#value, &#call);
+                        #p::note_call(&#spec, &#value, #missed, &#call);
                         (#call, ::core::option::Option::Some(#args { #(#arg_names,)* }))
                     }
                 };

@@ -11,6 +11,7 @@ use serde_json::Value;
 
 pub use crate::contracts::ContractEntry;
 pub use crate::decoded::Keeper;
+pub use crate::derived::Recall;
 pub use crate::engine::{
     execute, execute_with, reconciling, replay_now, take_prepared, with_prepared, Attempt, Call,
     CallBuilder, Codec, Now, Ops,
@@ -109,17 +110,24 @@ pub fn decode_tool_input<A: DeserializeOwned>(
 }
 
 /// The call a registry entry point made on this thread from the same JSON arguments for
-/// this tool in this scope (`derived.rs`: byte-identical text, or an equal `Value`), if
+/// this tool in this scope (`derived.rs`: the same SHA-256 of the arguments as given), if
 /// this thread kept it; the arguments are then decoded only if the body must run.
-pub fn recall_call(spec: &'static ToolSpec, args: &CallArgs<'_>) -> Option<Call> {
+/// Otherwise their quick hash, for [`note_call`].
+pub fn recall_call(spec: &'static ToolSpec, args: &CallArgs<'_>) -> Recall {
     crate::derived::recall(spec, args)
 }
 
-/// Notes a call a registry entry point derived from `args`, for [`recall_call`] to give
-/// back for the same arguments (`derived.rs`); a refused call is never kept.
-pub fn note_call(spec: &'static ToolSpec, args: &CallArgs<'_>, call: &Result<Call, Error>) {
+/// Notes a call a registry entry point derived from arguments [`recall_call`] missed
+/// (with the hash it returned), for it to give back for the same arguments
+/// (`derived.rs`); a refused call is never kept.
+pub fn note_call(
+    spec: &'static ToolSpec,
+    args: &CallArgs<'_>,
+    missed: Option<u64>,
+    call: &Result<Call, Error>,
+) {
     if let Ok(call) = call {
-        crate::derived::note(spec, args, call);
+        crate::derived::note(spec, args, missed, call);
     }
 }
 

@@ -6,63 +6,73 @@
 //! before the store is asked. For a key replayed over and over with the same arguments (a
 //! retry loop, a herd of duplicates) that decode and derivation is most of the replay's
 //! cost. Each thread keeps what it derived from one set of arguments for one tool in one
-//! scope, and a call with *byte-identical text, or an equal `Value`, for the same tool in
-//! the same scope* takes that key and those arguments instead of decoding again
-//! ([`recall`]); the parameters are decoded only if the body must run. Text is compared
-//! byte for byte; a `Value` by `serde_json`'s equality (the same members with equal values,
-//! in any order, and numbers of the same kind: `7` is not `7.0`).
+//! scope, and a call with *the same arguments for the same tool in the same scope* takes
+//! that key and those arguments instead of decoding again ([`recall`]); the parameters are
+//! decoded only if the body must run.
+//!
+//! "The same arguments" is the same SHA-256 of the arguments as given ([`digest`]): text
+//! byte for byte; a `Value` as its tree, numbers by kind and bits (`7` is not `7.0`, `-0.0`
+//! is not `0.0`). A fast hash ([`quick`]) tells most other arguments apart first, and the
+//! SHA-256 confirms a match, so crafted arguments whose fast hash meets the kept one's get
+//! nothing. The entry holds the two hashes, not the arguments, so no argument (a
+//! `Secret`'s clear value among them) stays in memory after its call; what it holds besides
+//! is the key and the canonical arguments, which the store keeps anyway.
 //!
 //! What it never changes: which call is made. The key and the arguments are a function of
-//! the text, the tool and the scope (`docs/key-spec.md`); the members check and the
-//! decode refuse a text the same way every time. The process-wide settings a call reads
-//! are read again on every recall: the arguments' size limit
+//! the arguments given, the tool and the scope (`docs/key-spec.md`); the members check and
+//! the decode refuse the same arguments the same way every time. The process-wide settings
+//! a call reads are read again on every recall: the arguments' size limit
 //! ([`max_argument_bytes`](crate::ambient::max_argument_bytes)), the approval rule, a tool
-//! name shared by two contracts. Nothing is kept for a text that any of them refused (the
+//! name shared by two contracts. Nothing is kept for arguments any of them refused (the
 //! call is kept only once made), so there is nothing to invalidate: the store, its expiry
 //! and the arguments' check answer every call as before.
 //!
 //! Bounds: one entry per thread, kept only on the second derivation in a row of the same
-//! arguments for the same tool (calls with distinct arguments pay a hash of them, not a
-//! copy), and only for arguments up to [`KEEP_MAX_BYTES`] (of text, or of their canonical
-//! form for a `Value`). A tool whose `Deserialize` is not a
-//! function of the text alone (a `#[serde(default = ...)]` that draws a random value) gets
-//! the arguments of the kept decode on a recall, where a decode would draw again; such a
+//! arguments for the same tool (a recall clears what the last derivation saw, so the kept
+//! entry stays while other arguments come in turn), and only for arguments up to
+//! [`KEEP_MAX_BYTES`] (of text, or of a `Value`'s strings, names and nodes). Every registry
+//! call of a tool with this entry point pays the fast hash of its arguments; the SHA-256 is
+//! paid only to keep arguments and to confirm a recall. A tool whose
+//! `Deserialize` is not a function of its input alone (a `#[serde(default = ...)]` that
+//! draws a random value) gets the arguments of the kept decode on a recall, where a decode
+//! would draw again (and the store would then refuse the retry as other arguments); such a
 //! default has no place in a mutating tool's arguments (docs/guarantees.md, section 8).
 //!
 //! Written here rather than with a caching crate, as `decoded.rs` is: one entry compared
-//! in full, which no general cache's API expresses more simply.
+//! by its digest, which no general cache's API expresses more simply.
 
 use core::cell::RefCell;
-use core::hash::{BuildHasher, Hash, Hasher};
+use core::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 use crate::engine::Call;
 use crate::registry::CallArgs;
 use crate::spec::ToolSpec;
 
-/// Arguments over this size (bytes of JSON text, or of a `Value`'s canonical form) are
-/// decoded every time, never kept.
+/// Arguments over this size (bytes of JSON text, or of a `Value`'s strings, names and
+/// nodes) are decoded every time, never kept.
 pub(crate) const KEEP_MAX_BYTES: usize = 16 * 1024;
 
-/// How deep [`hash_value`] looks into a `Value`: below, members are not hashed (two values
-/// that differ only there hash alike, and the second is kept on its first time: harmless).
-const HASH_DEPTH: usize = 16;
+/// A `Value` nested deeper than this is decoded every time, never kept (`serde_json`'s own
+/// parser stops at 128).
+const MAX_DEPTH: usize = 128;
 
-/// The arguments a call was derived from, as the caller gave them.
-enum Source {
-    Text(Box<str>),
-    Value(Value),
-}
+/// The SHA-256 of a call's arguments as given ([`digest`]): what a recall is decided by,
+/// so no argument (a `Secret`'s clear value among them) outlives its call in the memo.
+type ArgsDigest = [u8; 32];
 
 /// What this thread derived from one set of arguments: the tool, the scope and the
-/// arguments it came from.
+/// hashes of the arguments it came from.
 struct Kept {
     /// The tool's spec, by address (each tool has its own `static`).
     tool: usize,
     scope: Option<Arc<str>>,
-    source: Source,
+    /// [`quick`]: calls whose arguments differ are told apart without a SHA-256.
+    quick: u64,
+    digest: ArgsDigest,
     key: String,
     args: String,
 }
@@ -70,8 +80,8 @@ struct Kept {
 /// This thread's entry, and what the last derivation that did not keep one saw.
 #[derive(Default)]
 struct Memo {
-    /// The tool and the hash of the arguments of the last derivation: a second derivation
-    /// of the same arguments for the same tool keeps it.
+    /// The tool and the [`quick`] hash of the arguments of the last derivation: a second
+    /// derivation of the same arguments for the same tool keeps it. A recall clears it.
     seen: Option<(usize, u64)>,
     kept: Option<Kept>,
 }
@@ -85,122 +95,230 @@ fn tool_id(spec: &'static ToolSpec) -> usize {
     core::ptr::from_ref(spec) as usize
 }
 
-/// Whether `given` is the arguments `source` was: the same text byte for byte, or an
-/// equal `Value`.
-fn same(source: &Source, given: &CallArgs<'_>) -> bool {
-    match (source, given) {
-        (Source::Text(kept), CallArgs::Text(text)) => **kept == **text,
-        (Source::Value(kept), CallArgs::Value(value)) => kept == value,
-        _ => false,
+/// What [`recall`] found: the call kept for these arguments, or the arguments' [`quick`]
+/// hash for [`note`] (`None`: arguments never kept, over [`KEEP_MAX_BYTES`] or
+/// [`MAX_DEPTH`]).
+#[doc(hidden)]
+pub enum Recall {
+    /// The call derived before from the same arguments, for the same tool and scope.
+    Kept(Call),
+    /// Not kept: the hash to note the call the full path makes under.
+    Missed(Option<u64>),
+}
+
+/// Where [`feed`] writes the arguments' encoding: a SHA-256 or a quick hasher.
+trait Sink {
+    fn put(&mut self, bytes: &[u8]);
+}
+
+impl Sink for Sha256 {
+    fn put(&mut self, bytes: &[u8]) {
+        self.update(bytes);
     }
 }
 
-/// The call `spec` made on this thread from the same arguments (`given`) in the caller's
-/// current scope, if this thread kept it and today's settings still accept it; `None`
-/// sends the caller down the full path (decode, derive), which also reports any refusal.
-pub(crate) fn recall(spec: &'static ToolSpec, given: &CallArgs<'_>) -> Option<Call> {
-    if matches!(given, CallArgs::Text(text) if text.len() > KEEP_MAX_BYTES) {
+/// A [`core::hash::Hasher`] as a [`Sink`].
+struct Quick<H>(H);
+
+impl<H: Hasher> Sink for Quick<H> {
+    fn put(&mut self, bytes: &[u8]) {
+        self.0.write(bytes);
+    }
+}
+
+/// `given` written to `sink` in one prefix-free encoding for each form: text byte for
+/// byte; a `Value` as its tree, with numbers by kind and bits (`7`, `7.0` and `-0.0` all
+/// differ from one another and from `0.0`) and object members in the map's order (sorted
+/// by name). `None` for arguments over [`KEEP_MAX_BYTES`] or [`MAX_DEPTH`].
+fn feed(given: &CallArgs<'_>, sink: &mut impl Sink) -> Option<()> {
+    match given {
+        CallArgs::Text(text) => {
+            if text.len() > KEEP_MAX_BYTES {
+                return None;
+            }
+            sink.put(b"T");
+            sink.put(text.as_bytes());
+            Some(())
+        }
+        CallArgs::Value(value) => {
+            sink.put(b"V");
+            let mut budget = KEEP_MAX_BYTES;
+            feed_value(value, sink, &mut budget, 0)
+        }
+    }
+}
+
+/// `n` bytes taken from `budget`, `None` if it has fewer.
+fn take(budget: &mut usize, n: usize) -> Option<()> {
+    *budget = budget.checked_sub(n)?;
+    Some(())
+}
+
+/// `value`'s tree written to `sink`, `None` once it passes `budget` bytes or [`MAX_DEPTH`].
+fn feed_value(value: &Value, sink: &mut impl Sink, budget: &mut usize, depth: usize) -> Option<()> {
+    if depth > MAX_DEPTH {
         return None;
     }
+    take(budget, 9)?;
+    match value {
+        Value::Null => sink.put(b"n"),
+        Value::Bool(true) => sink.put(b"t"),
+        Value::Bool(false) => sink.put(b"f"),
+        Value::Number(n) => match (n.as_u64(), n.as_i64(), n.as_f64()) {
+            (Some(u), _, _) => {
+                sink.put(b"u");
+                sink.put(&u.to_le_bytes());
+            }
+            (None, Some(i), _) => {
+                sink.put(b"i");
+                sink.put(&i.to_le_bytes());
+            }
+            (None, None, Some(f)) => {
+                sink.put(b"d");
+                sink.put(&f.to_bits().to_le_bytes());
+            }
+            // No other kind without `arbitrary_precision`, which this crate does not use.
+            (None, None, None) => return None,
+        },
+        Value::String(s) => {
+            take(budget, s.len())?;
+            sink.put(b"s");
+            sink.put(&(s.len() as u64).to_le_bytes());
+            sink.put(s.as_bytes());
+        }
+        Value::Array(items) => {
+            sink.put(b"a");
+            sink.put(&(items.len() as u64).to_le_bytes());
+            for item in items {
+                feed_value(item, sink, budget, depth + 1)?;
+            }
+        }
+        Value::Object(members) => {
+            sink.put(b"o");
+            sink.put(&(members.len() as u64).to_le_bytes());
+            for (name, member) in members {
+                take(budget, name.len() + 8)?;
+                sink.put(&(name.len() as u64).to_le_bytes());
+                sink.put(name.as_bytes());
+                feed_value(member, sink, budget, depth + 1)?;
+            }
+        }
+    }
+    Some(())
+}
+
+/// A fast 64-bit hash of `given` (foldhash), which tells most different arguments apart;
+/// a match is confirmed by [`digest`].
+fn quick(given: &CallArgs<'_>) -> Option<u64> {
+    let mut sink = Quick(foldhash::fast::FixedState::with_seed(0).build_hasher());
+    feed(given, &mut sink)?;
+    Some(sink.0.finish())
+}
+
+/// The SHA-256 of `given`'s encoding: two different arguments never share it (a collision
+/// of SHA-256), whatever a caller sends to make the [`quick`] hashes meet.
+fn digest(given: &CallArgs<'_>) -> Option<ArgsDigest> {
+    let mut sink = Sha256::new();
+    feed(given, &mut sink)?;
+    Some(sink.finalize().into())
+}
+
+/// The call `spec` made on this thread from the same arguments (`given`) in the caller's
+/// current scope, if this thread kept it and today's settings still accept it; otherwise
+/// the arguments' quick hash, and the caller takes the full path (decode, derive), which
+/// also reports any refusal.
+pub(crate) fn recall(spec: &'static ToolSpec, given: &CallArgs<'_>) -> Recall {
+    let Some(hash) = quick(given) else {
+        return Recall::Missed(None);
+    };
     let tool = tool_id(spec);
-    let (key, scope, args) = MEMO
+    let missed = Recall::Missed(Some(hash));
+    let candidate = MEMO
         .try_with(|memo| {
             let memo = memo.try_borrow().ok()?;
             let kept = memo.kept.as_ref()?;
-            if kept.tool != tool || !same(&kept.source, given) {
-                return None;
-            }
+            (kept.tool == tool && kept.quick == hash).then_some(kept.digest)
+        })
+        .ok()
+        .flatten();
+    let Some(kept_digest) = candidate else {
+        return missed;
+    };
+    if digest(given) != Some(kept_digest) {
+        return missed;
+    }
+    let kept = MEMO
+        .try_with(|memo| {
+            let mut memo = memo.try_borrow_mut().ok()?;
+            memo.seen = None;
+            let kept = memo.kept.as_ref()?;
             Some((kept.key.clone(), kept.scope.clone(), kept.args.clone()))
         })
         .ok()
-        .flatten()?;
+        .flatten();
+    let Some((key, scope, args)) = kept else {
+        return missed;
+    };
     // Read again on every recall: the scope this call runs in, and the settings the full
     // path would apply to these arguments.
-    let current = crate::ambient::caller_scope(spec.name).ok()?;
+    let Ok(current) = crate::ambient::caller_scope(spec.name) else {
+        return missed;
+    };
     if current.as_deref() != scope.as_deref()
         || args.len() > crate::ambient::max_argument_bytes()
         || crate::contracts::check_unique(spec.name).is_err()
     {
-        return None;
+        return missed;
     }
-    Some(Call::recalled(spec, key, current, args))
+    Recall::Kept(Call::recalled(spec, key, current, args))
 }
 
-/// `value` fed to `state`, to [`HASH_DEPTH`]: `serde_json::Value` has no `Hash`. Object
-/// members in the map's order, which is the same for equal maps (sorted by name).
-fn hash_value(value: &Value, state: &mut impl Hasher, depth: usize) {
-    core::mem::discriminant(value).hash(state);
-    match value {
-        Value::Null => {}
-        Value::Bool(b) => b.hash(state),
-        Value::Number(n) => {
-            n.as_u64().hash(state);
-            n.as_i64().hash(state);
-            n.as_f64().map(f64::to_bits).hash(state);
-        }
-        Value::String(s) => s.hash(state),
-        Value::Array(items) => {
-            items.len().hash(state);
-            if depth < HASH_DEPTH {
-                items.iter().for_each(|v| hash_value(v, state, depth + 1));
-            }
-        }
-        Value::Object(members) => {
-            members.len().hash(state);
-            if depth < HASH_DEPTH {
-                for (name, v) in members {
-                    name.hash(state);
-                    hash_value(v, state, depth + 1);
-                }
-            }
-        }
-    }
-}
-
-/// Notes that `call` was derived from `given` for `spec`: kept on the second time in a
-/// row for the same tool and arguments.
-pub(crate) fn note(spec: &'static ToolSpec, given: &CallArgs<'_>, call: &Call) {
-    let (key, scope, args) = call.derived();
-    let size = match given {
-        CallArgs::Text(text) => text.len(),
-        CallArgs::Value(_) => args.len(),
+/// Notes that `call` was derived for `spec` from `given`, whose quick hash [`recall`]
+/// returned (`hash`): kept (with the SHA-256 of `given`) on the second time in a row for
+/// the same tool and arguments.
+pub(crate) fn note(spec: &'static ToolSpec, given: &CallArgs<'_>, hash: Option<u64>, call: &Call) {
+    let Some(hash) = hash else {
+        return;
     };
-    if size > KEEP_MAX_BYTES {
+    let tool = tool_id(spec);
+    let again = MEMO
+        .try_with(|memo| {
+            let mut memo = memo.try_borrow_mut().ok()?;
+            if memo.seen == Some((tool, hash)) {
+                memo.seen = None;
+                Some(())
+            } else {
+                memo.seen = Some((tool, hash));
+                None
+            }
+        })
+        .ok()
+        .flatten();
+    if again.is_none() {
         return;
     }
-    let tool = tool_id(spec);
-    let mut state = foldhash::fast::FixedState::with_seed(0).build_hasher();
-    match given {
-        CallArgs::Text(text) => text.hash(&mut state),
-        CallArgs::Value(value) => hash_value(value, &mut state, 0),
-    }
-    let hash = state.finish();
+    let Some(digest) = digest(given) else {
+        return;
+    };
+    let (key, scope, args) = call.derived();
+    let kept = Kept {
+        tool,
+        scope: scope.cloned(),
+        quick: hash,
+        digest,
+        key: key.to_owned(),
+        args: args.to_owned(),
+    };
     let _ = MEMO.try_with(|memo| {
-        let Ok(mut memo) = memo.try_borrow_mut() else {
-            return;
-        };
-        if memo.seen == Some((tool, hash)) {
-            memo.seen = None;
-            let source = match given {
-                CallArgs::Text(text) => Source::Text((*text).into()),
-                CallArgs::Value(value) => Source::Value(value.clone()),
-            };
-            memo.kept = Some(Kept {
-                tool,
-                scope: scope.cloned(),
-                source,
-                key: key.to_owned(),
-                args: args.to_owned(),
-            });
-        } else {
-            memo.seen = Some((tool, hash));
+        if let Ok(mut memo) = memo.try_borrow_mut() {
+            memo.kept = Some(kept);
         }
     });
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{note, recall, MEMO};
+    use super::{digest, note, quick, recall, Recall, MEMO};
     use crate::engine::{Call, CallBuilder};
     use crate::registry::CallArgs;
     use crate::spec::{SourceLocation, ToolKind, ToolSpec};
@@ -226,6 +344,22 @@ mod tests {
         MEMO.with(|m| *m.borrow_mut() = super::Memo::default());
     }
 
+    /// The full path's turn for `given`: [`recall`], and on a miss the derivation noted.
+    fn call(spec: &'static ToolSpec, given: &CallArgs<'_>) -> Option<Call> {
+        match recall(spec, given) {
+            Recall::Kept(call) => Some(call),
+            Recall::Missed(hash) => {
+                note(spec, given, hash, &derive(spec, 1));
+                None
+            }
+        }
+    }
+
+    /// Whether [`recall`] finds `given` kept, noting nothing.
+    fn kept(spec: &'static ToolSpec, given: &CallArgs<'_>) -> bool {
+        matches!(recall(spec, given), Recall::Kept(_))
+    }
+
     /// The key and arguments of a call, to compare a recall with a derivation.
     fn parts(call: &Call) -> (String, Option<String>, String) {
         let (key, scope, args) = call.derived();
@@ -237,106 +371,134 @@ mod tests {
     }
 
     #[test]
-    fn a_text_derived_twice_in_a_row_is_recalled_as_derived() {
+    fn arguments_derived_twice_in_a_row_are_recalled_as_derived() {
         clear();
-        let text = r#"{"n":1}"#;
+        let text = CallArgs::Text(r#"{"n":1}"#);
+        assert!(call(&SPEC, &text).is_none(), "nothing kept yet");
         assert!(
-            recall(&SPEC, &CallArgs::Text(text)).is_none(),
-            "nothing kept yet"
+            call(&SPEC, &text).is_none(),
+            "kept on the second time, not recalled"
         );
-        note(&SPEC, &CallArgs::Text(text), &derive(&SPEC, 1));
-        assert!(
-            recall(&SPEC, &CallArgs::Text(text)).is_none(),
-            "kept on the second time only"
-        );
-        note(&SPEC, &CallArgs::Text(text), &derive(&SPEC, 1));
-        let recalled = recall(&SPEC, &CallArgs::Text(text)).expect("kept on the second time");
+        let recalled = call(&SPEC, &text).expect("kept on the second time");
         assert_eq!(parts(&recalled), parts(&derive(&SPEC, 1)));
     }
 
     #[test]
-    fn another_text_or_tool_is_not_recalled() {
+    fn other_bytes_another_tool_or_two_texts_in_turn_are_not_recalled() {
         clear();
-        let text = r#"{"n":1}"#;
-        note(&SPEC, &CallArgs::Text(text), &derive(&SPEC, 1));
-        note(&SPEC, &CallArgs::Text(text), &derive(&SPEC, 1));
-        assert!(
-            recall(&SPEC, &CallArgs::Text(r#"{"n": 1}"#)).is_none(),
-            "other bytes"
-        );
-        assert!(
-            recall(&OTHER, &CallArgs::Text(text)).is_none(),
-            "another tool"
-        );
-        // Two texts in turn never keep either.
+        let text = CallArgs::Text(r#"{"n":1}"#);
+        call(&SPEC, &text);
+        call(&SPEC, &text);
+        assert!(kept(&SPEC, &text));
+        assert!(!kept(&SPEC, &CallArgs::Text(r#"{"n": 1}"#)), "other bytes");
+        assert!(!kept(&OTHER, &text), "another tool");
         clear();
-        for n in 0..4 {
+        for n in 0..6 {
             let text = if n % 2 == 0 {
                 r#"{"n":1}"#
             } else {
                 r#"{"n": 1}"#
             };
-            note(&SPEC, &CallArgs::Text(text), &derive(&SPEC, 1));
+            assert!(call(&SPEC, &CallArgs::Text(text)).is_none(), "call {n}");
         }
-        assert!(recall(&SPEC, &CallArgs::Text(r#"{"n":1}"#)).is_none());
+    }
+
+    #[test]
+    fn the_kept_arguments_stay_kept_between_other_calls() {
+        clear();
+        let (hot, other) = (CallArgs::Text(r#"{"n":1}"#), CallArgs::Text(r#"{"n": 1}"#));
+        call(&SPEC, &hot);
+        call(&SPEC, &hot);
+        // A recall counts as no derivation: `other` in turn with `hot` is never kept, and
+        // `hot` is recalled every time.
+        for _ in 0..4 {
+            assert!(call(&SPEC, &other).is_none());
+            assert!(call(&SPEC, &hot).is_some());
+        }
+    }
+
+    #[test]
+    fn a_quick_hash_that_meets_the_kept_ones_is_not_a_recall() {
+        clear();
+        let (kept_text, other) = (CallArgs::Text(r#"{"n":1}"#), CallArgs::Text(r#"{"n":2}"#));
+        call(&SPEC, &kept_text);
+        call(&SPEC, &kept_text);
+        // As if `other`'s quick hash collided with the kept arguments': the SHA-256 decides.
+        MEMO.with(|m| {
+            if let Some(kept) = m.borrow_mut().kept.as_mut() {
+                kept.quick = quick(&other).unwrap();
+            }
+        });
+        assert!(!kept(&SPEC, &other));
     }
 
     #[tokio::test]
     async fn a_recall_in_another_scope_is_the_full_paths_call() {
         clear();
-        let text = r#"{"n":1}"#;
+        let text = CallArgs::Text(r#"{"n":1}"#);
         crate::with_scope("tenant-a", async {
-            note(&SPEC, &CallArgs::Text(text), &derive(&SPEC, 1));
-            note(&SPEC, &CallArgs::Text(text), &derive(&SPEC, 1));
-            assert!(
-                recall(&SPEC, &CallArgs::Text(text)).is_some(),
-                "kept in its scope"
-            );
+            call(&SPEC, &text);
+            call(&SPEC, &text);
+            assert!(kept(&SPEC, &text), "kept in its scope");
         })
         .await;
-        assert!(
-            recall(&SPEC, &CallArgs::Text(text)).is_none(),
-            "no scope is another scope"
-        );
+        assert!(!kept(&SPEC, &text), "no scope is another scope");
         crate::with_scope("tenant-b", async {
-            assert!(
-                recall(&SPEC, &CallArgs::Text(text)).is_none(),
-                "another tenant's key is not ours"
-            );
+            assert!(!kept(&SPEC, &text), "another tenant's key is not ours");
         })
         .await;
     }
 
     #[test]
-    fn an_equal_value_is_recalled_and_another_kind_of_number_is_not() {
+    fn an_equal_value_is_recalled_and_another_number_is_not() {
         clear();
-        let value = serde_json::json!({"n": 1, "tags": ["a", "b"]});
-        note(&SPEC, &CallArgs::Value(value.clone()), &derive(&SPEC, 1));
-        note(&SPEC, &CallArgs::Value(value.clone()), &derive(&SPEC, 1));
+        let value = serde_json::json!({"n": 1, "tags": ["a", "b"], "x": 0.0});
+        call(&SPEC, &CallArgs::Value(value.clone()));
+        call(&SPEC, &CallArgs::Value(value.clone()));
         let reordered: serde_json::Value =
-            serde_json::from_str(r#"{"tags": ["a", "b"], "n": 1}"#).unwrap();
-        let recalled = recall(&SPEC, &CallArgs::Value(reordered)).expect("an equal value");
+            serde_json::from_str(r#"{"x": 0.0, "tags": ["a", "b"], "n": 1}"#).unwrap();
+        let Recall::Kept(recalled) = recall(&SPEC, &CallArgs::Value(reordered)) else {
+            panic!("an equal value is recalled");
+        };
         assert_eq!(parts(&recalled), parts(&derive(&SPEC, 1)));
-        let float = serde_json::json!({"n": 1.0, "tags": ["a", "b"]});
-        assert!(
-            recall(&SPEC, &CallArgs::Value(float)).is_none(),
-            "1.0 is not 1"
-        );
-        let other_order = serde_json::json!({"n": 1, "tags": ["b", "a"]});
-        assert!(recall(&SPEC, &CallArgs::Value(other_order)).is_none());
-        let text = CallArgs::Text(r#"{"n":1,"tags":["a","b"]}"#);
-        assert!(
-            recall(&SPEC, &text).is_none(),
-            "text is compared with text only"
-        );
+        for other in [
+            serde_json::json!({"n": 1.0, "tags": ["a", "b"], "x": 0.0}),
+            serde_json::json!({"n": 1, "tags": ["a", "b"], "x": -0.0}),
+            serde_json::json!({"n": 1, "tags": ["a", "b"], "x": 0}),
+            serde_json::json!({"n": 1, "tags": ["b", "a"], "x": 0.0}),
+            serde_json::json!({"n": 1, "tags": ["ab"], "x": 0.0}),
+            serde_json::json!({"n": 1, "tags": ["a", "b"], "x": 0.0, "y": null}),
+        ] {
+            assert!(!kept(&SPEC, &CallArgs::Value(other.clone())), "{other}");
+        }
+        let text = CallArgs::Text(r#"{"n":1,"tags":["a","b"],"x":0.0}"#);
+        assert!(!kept(&SPEC, &text), "text is compared with text only");
     }
 
     #[test]
-    fn a_text_over_the_bound_is_never_kept() {
+    fn arguments_over_the_bound_or_depth_are_never_kept() {
         clear();
-        let text = format!(r#"{{"n":1,"pad":"{}"}}"#, "x".repeat(super::KEEP_MAX_BYTES));
-        note(&SPEC, &CallArgs::Text(&text), &derive(&SPEC, 1));
-        note(&SPEC, &CallArgs::Text(&text), &derive(&SPEC, 1));
-        assert!(recall(&SPEC, &CallArgs::Text(&text)).is_none());
+        let big = "x".repeat(super::KEEP_MAX_BYTES);
+        let text = format!(r#"{{"n":1,"pad":"{big}"}}"#);
+        let value = serde_json::json!({"n": 1, "pad": big});
+        let mut deep = serde_json::json!(1);
+        for _ in 0..=super::MAX_DEPTH {
+            deep = serde_json::json!([deep]);
+        }
+        for given in [
+            CallArgs::Text(&text),
+            CallArgs::Value(value),
+            CallArgs::Value(deep),
+        ] {
+            assert!(digest(&given).is_none());
+            call(&SPEC, &given);
+            call(&SPEC, &given);
+            assert!(MEMO.with(|m| m.borrow().kept.is_none()), "nothing kept");
+        }
+        // Just under the bound is kept.
+        let small = CallArgs::Text(r#"{"n":1}"#);
+        call(&SPEC, &small);
+        call(&SPEC, &small);
+        assert!(MEMO.with(|m| m.borrow().kept.is_some()));
     }
 }
