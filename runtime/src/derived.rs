@@ -10,9 +10,9 @@
 //! that key and those arguments instead of decoding again ([`recall`]); the parameters are
 //! decoded only if the body must run.
 //!
-//! "The same arguments" is the same SHA-256 of the arguments as given ([`digest`]): text
+//! "The same arguments" is the same SHA-256 of the arguments as given ([`digest_of`]): text
 //! byte for byte; a `Value` as its tree, numbers by kind and bits (`7` is not `7.0`, `-0.0`
-//! is not `0.0`). A fast hash ([`quick`]) tells most other arguments apart first, and the
+//! is not `0.0`). A fast hash ([`quick_of`]) tells most other arguments apart first, and the
 //! SHA-256 confirms a match, so crafted arguments whose fast hash meets the kept one's get
 //! nothing. The entry holds the two hashes, not the arguments, so no argument (a
 //! `Secret`'s clear value among them) stays in memory after its call; what it holds besides
@@ -60,7 +60,7 @@ pub(crate) const KEEP_MAX_BYTES: usize = 16 * 1024;
 /// parser stops at 128).
 const MAX_DEPTH: usize = 128;
 
-/// The SHA-256 of a call's arguments as given ([`digest`]): what a recall is decided by,
+/// The SHA-256 of a call's arguments as given ([`digest_of`]): what a recall is decided by,
 /// so no argument (a `Secret`'s clear value among them) outlives its call in the memo.
 type ArgsDigest = [u8; 32];
 
@@ -70,7 +70,7 @@ struct Kept {
     /// The tool's spec, by address (each tool has its own `static`).
     tool: usize,
     scope: Option<Arc<str>>,
-    /// [`quick`]: calls whose arguments differ are told apart without a SHA-256.
+    /// [`quick_of`]: calls whose arguments differ are told apart without a SHA-256.
     quick: u64,
     digest: ArgsDigest,
     key: String,
@@ -80,7 +80,7 @@ struct Kept {
 /// This thread's entry, and what the last derivation that did not keep one saw.
 #[derive(Default)]
 struct Memo {
-    /// The tool and the [`quick`] hash of the arguments of the last derivation: a second
+    /// The tool and the [`quick_of`] hash of the arguments of the last derivation: a second
     /// derivation of the same arguments for the same tool keeps it. A recall clears it.
     seen: Option<(usize, u64)>,
     kept: Option<Kept>,
@@ -95,7 +95,7 @@ fn tool_id(spec: &'static ToolSpec) -> usize {
     core::ptr::from_ref(spec) as usize
 }
 
-/// What [`recall`] found: the call kept for these arguments, or the arguments' [`quick`]
+/// What [`recall`] found: the call kept for these arguments, or the arguments' [`quick_of`]
 /// hash for [`note`] (`None`: arguments never kept, over [`KEEP_MAX_BYTES`] or
 /// [`MAX_DEPTH`]).
 #[doc(hidden)]
@@ -106,45 +106,29 @@ pub enum Recall {
     Missed(Option<u64>),
 }
 
-/// Where [`feed`] writes the arguments' encoding: a SHA-256 or a quick hasher.
-trait Sink {
-    fn put(&mut self, bytes: &[u8]);
+thread_local! {
+    /// The buffer a `Value`'s encoding is written to ([`with_encoding`]), reused.
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-impl Sink for Sha256 {
-    fn put(&mut self, bytes: &[u8]) {
-        self.update(bytes);
-    }
-}
-
-/// A [`core::hash::Hasher`] as a [`Sink`].
-struct Quick<H>(H);
-
-impl<H: Hasher> Sink for Quick<H> {
-    fn put(&mut self, bytes: &[u8]) {
-        self.0.write(bytes);
-    }
-}
-
-/// `given` written to `sink` in one prefix-free encoding for each form: text byte for
-/// byte; a `Value` as its tree, with numbers by kind and bits (`7`, `7.0` and `-0.0` all
-/// differ from one another and from `0.0`) and object members in the map's order (sorted
-/// by name). `None` for arguments over [`KEEP_MAX_BYTES`] or [`MAX_DEPTH`].
-fn feed(given: &CallArgs<'_>, sink: &mut impl Sink) -> Option<()> {
+/// `f` given `given`'s encoding, one prefix-free form for each kind (`kind`, hashed first):
+/// text byte for byte (`T`); a `Value` as its tree (`V`), with numbers by kind and bits
+/// (`7`, `7.0` and `-0.0` all differ from one another and from `0.0`) and object members
+/// in the map's order (sorted by name). `None` for arguments over [`KEEP_MAX_BYTES`] or
+/// [`MAX_DEPTH`].
+fn with_encoding<R>(given: &CallArgs<'_>, f: impl FnOnce(u8, &[u8]) -> R) -> Option<R> {
     match given {
-        CallArgs::Text(text) => {
-            if text.len() > KEEP_MAX_BYTES {
-                return None;
-            }
-            sink.put(b"T");
-            sink.put(text.as_bytes());
-            Some(())
-        }
-        CallArgs::Value(value) => {
-            sink.put(b"V");
-            let mut budget = KEEP_MAX_BYTES;
-            feed_value(value, sink, &mut budget, 0)
-        }
+        CallArgs::Text(text) => (text.len() <= KEEP_MAX_BYTES).then(|| f(b'T', text.as_bytes())),
+        CallArgs::Value(value) => SCRATCH
+            .try_with(|scratch| {
+                let mut buf = scratch.try_borrow_mut().ok()?;
+                buf.clear();
+                let mut budget = KEEP_MAX_BYTES;
+                encode_value(value, &mut buf, &mut budget, 0)?;
+                Some(f(b'V', &buf))
+            })
+            .ok()
+            .flatten(),
     }
 }
 
@@ -154,73 +138,87 @@ fn take(budget: &mut usize, n: usize) -> Option<()> {
     Some(())
 }
 
-/// `value`'s tree written to `sink`, `None` once it passes `budget` bytes or [`MAX_DEPTH`].
-fn feed_value(value: &Value, sink: &mut impl Sink, budget: &mut usize, depth: usize) -> Option<()> {
+/// `value`'s tree written to `buf`, `None` once it passes `budget` bytes or [`MAX_DEPTH`].
+fn encode_value(value: &Value, buf: &mut Vec<u8>, budget: &mut usize, depth: usize) -> Option<()> {
     if depth > MAX_DEPTH {
         return None;
     }
     take(budget, 9)?;
     match value {
-        Value::Null => sink.put(b"n"),
-        Value::Bool(true) => sink.put(b"t"),
-        Value::Bool(false) => sink.put(b"f"),
+        Value::Null => buf.push(b'n'),
+        Value::Bool(true) => buf.push(b't'),
+        Value::Bool(false) => buf.push(b'f'),
         Value::Number(n) => match (n.as_u64(), n.as_i64(), n.as_f64()) {
             (Some(u), _, _) => {
-                sink.put(b"u");
-                sink.put(&u.to_le_bytes());
+                buf.push(b'u');
+                buf.extend_from_slice(&u.to_le_bytes());
             }
             (None, Some(i), _) => {
-                sink.put(b"i");
-                sink.put(&i.to_le_bytes());
+                buf.push(b'i');
+                buf.extend_from_slice(&i.to_le_bytes());
             }
             (None, None, Some(f)) => {
-                sink.put(b"d");
-                sink.put(&f.to_bits().to_le_bytes());
+                buf.push(b'd');
+                buf.extend_from_slice(&f.to_bits().to_le_bytes());
             }
             // No other kind without `arbitrary_precision`, which this crate does not use.
             (None, None, None) => return None,
         },
         Value::String(s) => {
             take(budget, s.len())?;
-            sink.put(b"s");
-            sink.put(&(s.len() as u64).to_le_bytes());
-            sink.put(s.as_bytes());
+            buf.push(b's');
+            buf.extend_from_slice(&(s.len() as u64).to_le_bytes());
+            buf.extend_from_slice(s.as_bytes());
         }
         Value::Array(items) => {
-            sink.put(b"a");
-            sink.put(&(items.len() as u64).to_le_bytes());
+            buf.push(b'a');
+            buf.extend_from_slice(&(items.len() as u64).to_le_bytes());
             for item in items {
-                feed_value(item, sink, budget, depth + 1)?;
+                encode_value(item, buf, budget, depth + 1)?;
             }
         }
         Value::Object(members) => {
-            sink.put(b"o");
-            sink.put(&(members.len() as u64).to_le_bytes());
+            buf.push(b'o');
+            buf.extend_from_slice(&(members.len() as u64).to_le_bytes());
             for (name, member) in members {
                 take(budget, name.len() + 8)?;
-                sink.put(&(name.len() as u64).to_le_bytes());
-                sink.put(name.as_bytes());
-                feed_value(member, sink, budget, depth + 1)?;
+                buf.extend_from_slice(&(name.len() as u64).to_le_bytes());
+                buf.extend_from_slice(name.as_bytes());
+                encode_value(member, buf, budget, depth + 1)?;
             }
         }
     }
     Some(())
 }
 
-/// A fast 64-bit hash of `given` (foldhash), which tells most different arguments apart;
-/// a match is confirmed by [`digest`].
-fn quick(given: &CallArgs<'_>) -> Option<u64> {
-    let mut sink = Quick(foldhash::fast::FixedState::with_seed(0).build_hasher());
-    feed(given, &mut sink)?;
-    Some(sink.0.finish())
+/// A fast 64-bit hash (foldhash) of an encoding, which tells most different arguments
+/// apart; a match is confirmed by [`digest_of`].
+fn quick_of(kind: u8, bytes: &[u8]) -> u64 {
+    let mut hasher = foldhash::fast::FixedState::with_seed(0).build_hasher();
+    hasher.write_u8(kind);
+    hasher.write(bytes);
+    hasher.finish()
 }
 
-/// The SHA-256 of `given`'s encoding: two different arguments never share it (a collision
-/// of SHA-256), whatever a caller sends to make the [`quick`] hashes meet.
+/// The SHA-256 of an encoding: two different arguments never share it (a collision of
+/// SHA-256), whatever a caller sends to make the [`quick_of`] hashes meet.
+fn digest_of(kind: u8, bytes: &[u8]) -> ArgsDigest {
+    let mut hasher = Sha256::new();
+    hasher.update([kind]);
+    hasher.update(bytes);
+    hasher.finalize().into()
+}
+
+/// The quick hash of `given` (tests).
+#[cfg(test)]
+fn quick(given: &CallArgs<'_>) -> Option<u64> {
+    with_encoding(given, quick_of)
+}
+
+/// The SHA-256 of `given` (tests).
+#[cfg(test)]
 fn digest(given: &CallArgs<'_>) -> Option<ArgsDigest> {
-    let mut sink = Sha256::new();
-    feed(given, &mut sink)?;
-    Some(sink.finalize().into())
+    with_encoding(given, digest_of)
 }
 
 /// The call `spec` made on this thread from the same arguments (`given`) in the caller's
@@ -228,23 +226,24 @@ fn digest(given: &CallArgs<'_>) -> Option<ArgsDigest> {
 /// the arguments' quick hash, and the caller takes the full path (decode, derive), which
 /// also reports any refusal.
 pub(crate) fn recall(spec: &'static ToolSpec, given: &CallArgs<'_>) -> Recall {
-    let Some(hash) = quick(given) else {
+    let tool = tool_id(spec);
+    let found = with_encoding(given, |kind, bytes| {
+        let hash = quick_of(kind, bytes);
+        let candidate = MEMO
+            .try_with(|memo| {
+                let memo = memo.try_borrow().ok()?;
+                let kept = memo.kept.as_ref()?;
+                (kept.tool == tool && kept.quick == hash).then_some(kept.digest)
+            })
+            .ok()
+            .flatten();
+        (hash, candidate.is_some_and(|d| d == digest_of(kind, bytes)))
+    });
+    let Some((hash, same)) = found else {
         return Recall::Missed(None);
     };
-    let tool = tool_id(spec);
     let missed = Recall::Missed(Some(hash));
-    let candidate = MEMO
-        .try_with(|memo| {
-            let memo = memo.try_borrow().ok()?;
-            let kept = memo.kept.as_ref()?;
-            (kept.tool == tool && kept.quick == hash).then_some(kept.digest)
-        })
-        .ok()
-        .flatten();
-    let Some(kept_digest) = candidate else {
-        return missed;
-    };
-    if digest(given) != Some(kept_digest) {
+    if !same {
         return missed;
     }
     let kept = MEMO
@@ -297,7 +296,7 @@ pub(crate) fn note(spec: &'static ToolSpec, given: &CallArgs<'_>, hash: Option<u
     if again.is_none() {
         return;
     }
-    let Some(digest) = digest(given) else {
+    let Some(digest) = with_encoding(given, digest_of) else {
         return;
     };
     let (key, scope, args) = call.derived();
