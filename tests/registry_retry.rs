@@ -61,6 +61,14 @@ fn counts() -> (usize, usize) {
     (DECODES.load(SeqCst), RUNS.load(SeqCst))
 }
 
+/// [`TEXT`] called `times` times through `call_json` on this thread (twice in a row keeps
+/// it derived).
+async fn call_text(times: usize) {
+    for _ in 0..times {
+        registry().call_json("text_order", TEXT).await.unwrap();
+    }
+}
+
 /// The key the full path derives for [`TEXT`] in the current scope.
 fn derived_key() -> String {
     let args = serde_json::from_str(TEXT).unwrap();
@@ -147,9 +155,7 @@ async fn a_retry_with_an_equal_value_replays_without_decoding_and_refuses_what_a
 async fn a_kept_text_in_another_scope_or_store_is_the_full_paths_call() {
     let _serial = SERIAL.lock().await;
     with_store(MemoryStore::new(), async {
-        for _ in 0..3 {
-            registry().call_json("text_order", TEXT).await.unwrap();
-        }
+        call_text(3).await;
         let unscoped = derived_key();
         // Another tenant: its own key, its own run, whatever this thread kept.
         let (decodes, runs) = counts();
@@ -168,17 +174,14 @@ async fn a_kept_text_in_another_scope_or_store_is_the_full_paths_call() {
     // Another store, where the kept key has no record: the body runs, on arguments decoded
     // from the text.
     with_store(MemoryStore::new(), async {
-        for _ in 0..2 {
-            registry().call_json("text_order", TEXT).await.unwrap();
-        }
+        call_text(2).await;
         let key = derived_key();
         let (decodes, runs) = counts();
         with_store(MemoryStore::new(), async {
             let out = registry().call_json("text_order", TEXT).await.unwrap();
             assert_eq!(out.outcome, Outcome::Executed);
             assert_eq!(out.key.as_deref(), Some(key.as_str()));
-            let run = runs;
-            assert_eq!(out.value, format!("\"order {run} for 7/c-42: gift\""));
+            assert_eq!(out.value, format!("\"order {runs} for 7/c-42: gift\""));
         })
         .await;
         assert_eq!(counts(), (decodes + 1, runs + 1));
@@ -190,9 +193,7 @@ async fn a_kept_text_in_another_scope_or_store_is_the_full_paths_call() {
 async fn a_lowered_size_limit_refuses_a_kept_text_as_it_refuses_a_decoded_one() {
     let _serial = SERIAL.lock().await;
     with_store(MemoryStore::new(), async {
-        for _ in 0..3 {
-            registry().call_json("text_order", TEXT).await.unwrap();
-        }
+        call_text(3).await;
         let runs = counts().1;
         set_max_argument_bytes(16);
         let refused = registry().call_json("text_order", TEXT).await;

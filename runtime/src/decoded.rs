@@ -83,8 +83,9 @@ thread_local! {
     static MEMO: RefCell<Memo> = RefCell::new(Memo::default());
 }
 
-/// The address that stands for `spec` in an entry.
-fn tool_id(spec: &'static ToolSpec) -> usize {
+/// The address that stands for `spec` in an entry (here and in `derived.rs`): each tool
+/// has its own `static` spec.
+pub(crate) fn tool_id(spec: &'static ToolSpec) -> usize {
     core::ptr::from_ref(spec) as usize
 }
 

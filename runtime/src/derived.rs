@@ -48,6 +48,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use crate::decoded::tool_id;
 use crate::engine::Call;
 use crate::registry::CallArgs;
 use crate::spec::ToolSpec;
@@ -88,11 +89,6 @@ struct Memo {
 
 thread_local! {
     static MEMO: RefCell<Memo> = RefCell::new(Memo::default());
-}
-
-/// The address that stands for `spec` in an entry.
-fn tool_id(spec: &'static ToolSpec) -> usize {
-    core::ptr::from_ref(spec) as usize
 }
 
 /// What [`recall`] found: the call kept for these arguments, or the arguments' [`quick_of`]
@@ -227,35 +223,29 @@ fn digest(given: &CallArgs<'_>) -> Option<ArgsDigest> {
 /// also reports any refusal.
 pub(crate) fn recall(spec: &'static ToolSpec, given: &CallArgs<'_>) -> Recall {
     let tool = tool_id(spec);
+    // One borrow: the kept entry's quick hash compared, then its SHA-256 (no user code runs
+    // while it is held), and on a match what the last derivation saw cleared.
     let found = with_encoding(given, |kind, bytes| {
         let hash = quick_of(kind, bytes);
-        let candidate = MEMO
+        let parts = MEMO
             .try_with(|memo| {
-                let memo = memo.try_borrow().ok()?;
-                let kept = memo.kept.as_ref()?;
-                (kept.tool == tool && kept.quick == hash).then_some(kept.digest)
+                let mut memo = memo.try_borrow_mut().ok()?;
+                let kept = memo.kept.as_ref().filter(|kept| {
+                    kept.tool == tool && kept.quick == hash && kept.digest == digest_of(kind, bytes)
+                })?;
+                let parts = (kept.key.clone(), kept.scope.clone(), kept.args.clone());
+                memo.seen = None;
+                Some(parts)
             })
             .ok()
             .flatten();
-        (hash, candidate.is_some_and(|d| d == digest_of(kind, bytes)))
+        (hash, parts)
     });
-    let Some((hash, same)) = found else {
+    let Some((hash, parts)) = found else {
         return Recall::Missed(None);
     };
     let missed = Recall::Missed(Some(hash));
-    if !same {
-        return missed;
-    }
-    let kept = MEMO
-        .try_with(|memo| {
-            let mut memo = memo.try_borrow_mut().ok()?;
-            memo.seen = None;
-            let kept = memo.kept.as_ref()?;
-            Some((kept.key.clone(), kept.scope.clone(), kept.args.clone()))
-        })
-        .ok()
-        .flatten();
-    let Some((key, scope, args)) = kept else {
+    let Some((key, scope, args)) = parts else {
         return missed;
     };
     // Read again on every recall: the scope this call runs in, and the settings the full
@@ -280,38 +270,27 @@ pub(crate) fn note(spec: &'static ToolSpec, given: &CallArgs<'_>, hash: Option<u
         return;
     };
     let tool = tool_id(spec);
-    let again = MEMO
-        .try_with(|memo| {
-            let mut memo = memo.try_borrow_mut().ok()?;
-            if memo.seen == Some((tool, hash)) {
-                memo.seen = None;
-                Some(())
-            } else {
-                memo.seen = Some((tool, hash));
-                None
-            }
-        })
-        .ok()
-        .flatten();
-    if again.is_none() {
-        return;
-    }
-    let Some(digest) = with_encoding(given, digest_of) else {
-        return;
-    };
-    let (key, scope, args) = call.derived();
-    let kept = Kept {
-        tool,
-        scope: scope.cloned(),
-        quick: hash,
-        digest,
-        key: key.to_owned(),
-        args: args.to_owned(),
-    };
     let _ = MEMO.try_with(|memo| {
-        if let Ok(mut memo) = memo.try_borrow_mut() {
-            memo.kept = Some(kept);
+        let Ok(mut memo) = memo.try_borrow_mut() else {
+            return;
+        };
+        if memo.seen != Some((tool, hash)) {
+            memo.seen = Some((tool, hash));
+            return;
         }
+        memo.seen = None;
+        let Some(digest) = with_encoding(given, digest_of) else {
+            return;
+        };
+        let (key, scope, args) = call.derived();
+        memo.kept = Some(Kept {
+            tool,
+            scope: scope.cloned(),
+            quick: hash,
+            digest,
+            key: key.to_owned(),
+            args: args.to_owned(),
+        });
     });
 }
 
@@ -354,6 +333,12 @@ mod tests {
         }
     }
 
+    /// `given` derived twice in a row, as the full path does: kept from then on.
+    fn keep(spec: &'static ToolSpec, given: &CallArgs<'_>) {
+        call(spec, given);
+        call(spec, given);
+    }
+
     /// Whether [`recall`] finds `given` kept, noting nothing.
     fn kept(spec: &'static ToolSpec, given: &CallArgs<'_>) -> bool {
         matches!(recall(spec, given), Recall::Kept(_))
@@ -386,8 +371,7 @@ mod tests {
     fn other_bytes_another_tool_or_two_texts_in_turn_are_not_recalled() {
         clear();
         let text = CallArgs::Text(r#"{"n":1}"#);
-        call(&SPEC, &text);
-        call(&SPEC, &text);
+        keep(&SPEC, &text);
         assert!(kept(&SPEC, &text));
         assert!(!kept(&SPEC, &CallArgs::Text(r#"{"n": 1}"#)), "other bytes");
         assert!(!kept(&OTHER, &text), "another tool");
@@ -406,8 +390,7 @@ mod tests {
     fn the_kept_arguments_stay_kept_between_other_calls() {
         clear();
         let (hot, other) = (CallArgs::Text(r#"{"n":1}"#), CallArgs::Text(r#"{"n": 1}"#));
-        call(&SPEC, &hot);
-        call(&SPEC, &hot);
+        keep(&SPEC, &hot);
         // A recall counts as no derivation: `other` in turn with `hot` is never kept, and
         // `hot` is recalled every time.
         for _ in 0..4 {
@@ -420,8 +403,7 @@ mod tests {
     fn a_quick_hash_that_meets_the_kept_ones_is_not_a_recall() {
         clear();
         let (kept_text, other) = (CallArgs::Text(r#"{"n":1}"#), CallArgs::Text(r#"{"n":2}"#));
-        call(&SPEC, &kept_text);
-        call(&SPEC, &kept_text);
+        keep(&SPEC, &kept_text);
         // As if `other`'s quick hash collided with the kept arguments': the SHA-256 decides.
         MEMO.with(|m| {
             if let Some(kept) = m.borrow_mut().kept.as_mut() {
@@ -436,8 +418,7 @@ mod tests {
         clear();
         let text = CallArgs::Text(r#"{"n":1}"#);
         crate::with_scope("tenant-a", async {
-            call(&SPEC, &text);
-            call(&SPEC, &text);
+            keep(&SPEC, &text);
             assert!(kept(&SPEC, &text), "kept in its scope");
         })
         .await;
@@ -452,8 +433,7 @@ mod tests {
     fn an_equal_value_is_recalled_and_another_number_is_not() {
         clear();
         let value = serde_json::json!({"n": 1, "tags": ["a", "b"], "x": 0.0});
-        call(&SPEC, &CallArgs::Value(value.clone()));
-        call(&SPEC, &CallArgs::Value(value.clone()));
+        keep(&SPEC, &CallArgs::Value(value.clone()));
         let reordered: serde_json::Value =
             serde_json::from_str(r#"{"x": 0.0, "tags": ["a", "b"], "n": 1}"#).unwrap();
         let Recall::Kept(recalled) = recall(&SPEC, &CallArgs::Value(reordered)) else {
@@ -490,14 +470,12 @@ mod tests {
             CallArgs::Value(deep),
         ] {
             assert!(digest(&given).is_none());
-            call(&SPEC, &given);
-            call(&SPEC, &given);
+            keep(&SPEC, &given);
             assert!(MEMO.with(|m| m.borrow().kept.is_none()), "nothing kept");
         }
         // Just under the bound is kept.
         let small = CallArgs::Text(r#"{"n":1}"#);
-        call(&SPEC, &small);
-        call(&SPEC, &small);
+        keep(&SPEC, &small);
         assert!(MEMO.with(|m| m.borrow().kept.is_some()));
     }
 }
