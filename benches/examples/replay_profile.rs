@@ -4,7 +4,7 @@
 //!
 //! `cargo build --release -p tool-contracts-benches --example replay_profile` then
 //! `valgrind --tool=callgrind target/release/examples/replay_profile replay 10000`
-//! (or `bare`, `registry`, `registry-text` (`Registry::call_json`), `decode-then-replay` (the same text decoded by `serde_json` alone, then the direct call), `first`, `key` (the 3-field key of `key_derivation` alone, as the macro derives it; `key-by-path` through `KeyBuilder::field`; `key-4k` and `key-4k-by-path` the 4 KiB key),
+//! (or `bare`, `registry`, `registry-text` (`Registry::call_json`), `registry-text-alternating` (two other texts of the same call in turn, so every call decodes, as `dedup_path`'s alternating row), `decode-then-replay` (the same text decoded by `serde_json` alone, then the direct call), `first`, `key` (the 3-field key of `key_derivation` alone, as the macro derives it; `key-by-path` through `KeyBuilder::field`; `key-4k` and `key-4k-by-path` the 4 KiB key),
 //! `sizes` (the size of a call's future, which each `.await` moves); `redis` replays from
 //! a `RedisStore` at `TOOL_CONTRACTS_REDIS_URL`, key prefix `tcprofile:`; `sqlite-first` first
 //! calls on a `SqliteStore` in a scratch directory, for `strace -c -f`). `redis-conc C` replays 1,000
@@ -25,7 +25,9 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use serde_json::json;
-use tool::{body, cart, create_order, BenchError, Cart, Order, PlainArgs, ARGS_TEXT};
+use tool::{
+    body, cart, create_order, BenchError, Cart, Order, PlainArgs, ARGS_TEXT, ARGS_TEXTS_SPACED,
+};
 use tool_contracts::key::{KeyBuilder, TOOL_KEY_CONTRACT};
 use tool_contracts::store::{RedisStore, Store};
 use tool_contracts::{registry, with_store, MemoryStore};
@@ -143,6 +145,10 @@ fn main() {
                 }
                 "registry-text" => {
                     let args = String::from(ARGS_TEXT);
+                    black_box(registry().call_json("create_order", black_box(&args)).await.ok());
+                }
+                "registry-text-alternating" => {
+                    let args = String::from(ARGS_TEXTS_SPACED[(i % 2) as usize]);
                     black_box(registry().call_json("create_order", black_box(&args)).await.ok());
                 }
                 "key" => {

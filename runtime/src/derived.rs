@@ -10,11 +10,17 @@
 //! that key and those arguments instead of decoding again ([`recall`]); the parameters are
 //! decoded only if the body must run.
 //!
-//! "The same arguments" is the same SHA-256 of the arguments as given ([`digest_of`]): text
-//! byte for byte; a `Value` as its tree, numbers by kind and bits (`7` is not `7.0`, `-0.0`
-//! is not `0.0`). A fast hash ([`quick_of`]) tells most other arguments apart first, and the
-//! SHA-256 confirms a match, so crafted arguments whose fast hash meets the kept one's get
-//! nothing. The entry holds the two hashes, not the arguments, so no argument (a
+//! "The same arguments" is the same keyed 128-bit hash of the arguments as given
+//! ([`digest_of`]): text byte for byte; a `Value` as its tree, numbers by kind and bits
+//! (`7` is not `7.0`, `-0.0` is not `0.0`). A fast hash ([`quick_of`]) tells most other
+//! arguments apart first, and the keyed hash confirms a match. That hash is SipHash-2-4
+//! with 128-bit output, a pseudorandom function under a 128-bit key drawn from the
+//! operating system once per process ([`sip_key`]) and never shown: arguments crafted to
+//! meet the kept ones' hash would have to guess the key, and two different arguments
+//! share it with probability 2^-128. (SHA-256 did this before, at a higher cost per call;
+//! a recall needs only that no other argument can be taken for the kept one, not a digest
+//! anyone can recompute.) If the operating system gives no key, nothing
+//! is kept. The entry holds the two hashes, not the arguments, so no argument (a
 //! `Secret`'s clear value among them) stays in memory after its call; what it holds besides
 //! is the key and the canonical arguments, which the store keeps anyway.
 //!
@@ -31,8 +37,8 @@
 //! arguments for the same tool (a recall clears what the last derivation saw, so the kept
 //! entry stays while other arguments come in turn), and only for arguments up to
 //! [`KEEP_MAX_BYTES`] (of text, or of a `Value`'s strings, names and nodes). Every registry
-//! call of a tool with this entry point pays the fast hash of its arguments; the SHA-256 is
-//! paid only to keep arguments and to confirm a recall. A tool whose
+//! call of a tool with this entry point pays the fast hash of its arguments; the keyed hash
+//! is paid only to keep arguments and to confirm a recall. A tool whose
 //! `Deserialize` is not a function of its input alone (a `#[serde(default = ...)]` that
 //! draws a random value) gets the arguments of the kept decode on a recall, where a decode
 //! would draw again (and the store would then refuse the retry as other arguments); such a
@@ -45,8 +51,10 @@ use core::cell::RefCell;
 use core::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 
+use std::sync::OnceLock;
+
 use serde_json::Value;
-use sha2::{Digest, Sha256};
+use siphasher::sip128::{Hasher128, SipHasher24};
 
 use crate::decoded::tool_id;
 use crate::engine::Call;
@@ -61,9 +69,10 @@ pub(crate) const KEEP_MAX_BYTES: usize = 16 * 1024;
 /// parser stops at 128).
 const MAX_DEPTH: usize = 128;
 
-/// The SHA-256 of a call's arguments as given ([`digest_of`]): what a recall is decided by,
-/// so no argument (a `Secret`'s clear value among them) outlives its call in the memo.
-type ArgsDigest = [u8; 32];
+/// The keyed 128-bit hash of a call's arguments as given ([`digest_of`]): what a recall is
+/// decided by, so no argument (a `Secret`'s clear value among them) outlives its call in
+/// the memo.
+type ArgsDigest = u128;
 
 /// What this thread derived from one set of arguments: the tool, the scope and the
 /// hashes of the arguments it came from.
@@ -71,7 +80,7 @@ struct Kept {
     /// The tool's spec, by address (each tool has its own `static`).
     tool: usize,
     scope: Option<Arc<str>>,
-    /// [`quick_of`]: calls whose arguments differ are told apart without a SHA-256.
+    /// [`quick_of`]: calls whose arguments differ are told apart without the keyed hash.
     quick: u64,
     digest: ArgsDigest,
     key: String,
@@ -109,9 +118,9 @@ thread_local! {
 
 /// `f` given `given`'s encoding, one prefix-free form for each kind (`kind`, hashed first):
 /// text byte for byte (`T`); a `Value` as its tree (`V`), with numbers by kind and bits
-/// (`7`, `7.0` and `-0.0` all differ from one another and from `0.0`) and object members
-/// in the map's order (sorted by name). `None` for arguments over [`KEEP_MAX_BYTES`] or
-/// [`MAX_DEPTH`].
+/// (`7`, `7.0` and `-0.0` all differ from one another and from `0.0`), every string, name
+/// and list led by its length ([`len16`]) and object members in the map's order (sorted by
+/// name). `None` for arguments over [`KEEP_MAX_BYTES`] or [`MAX_DEPTH`].
 fn with_encoding<R>(given: &CallArgs<'_>, f: impl FnOnce(u8, &[u8]) -> R) -> Option<R> {
     match given {
         CallArgs::Text(text) => (text.len() <= KEEP_MAX_BYTES).then(|| f(b'T', text.as_bytes())),
@@ -132,6 +141,12 @@ fn with_encoding<R>(given: &CallArgs<'_>, f: impl FnOnce(u8, &[u8]) -> R) -> Opt
 fn take(budget: &mut usize, n: usize) -> Option<()> {
     *budget = budget.checked_sub(n)?;
     Some(())
+}
+
+/// `len` as two bytes: every length in a kept encoding is under [`KEEP_MAX_BYTES`]
+/// (`None` for one that is not, and then the arguments are not kept).
+fn len16(len: usize) -> Option<[u8; 2]> {
+    u16::try_from(len).ok().map(u16::to_le_bytes)
 }
 
 /// `value`'s tree written to `buf`, `None` once it passes `budget` bytes or [`MAX_DEPTH`].
@@ -163,22 +178,22 @@ fn encode_value(value: &Value, buf: &mut Vec<u8>, budget: &mut usize, depth: usi
         Value::String(s) => {
             take(budget, s.len())?;
             buf.push(b's');
-            buf.extend_from_slice(&(s.len() as u64).to_le_bytes());
+            buf.extend_from_slice(&len16(s.len())?);
             buf.extend_from_slice(s.as_bytes());
         }
         Value::Array(items) => {
             buf.push(b'a');
-            buf.extend_from_slice(&(items.len() as u64).to_le_bytes());
+            buf.extend_from_slice(&len16(items.len())?);
             for item in items {
                 encode_value(item, buf, budget, depth + 1)?;
             }
         }
         Value::Object(members) => {
             buf.push(b'o');
-            buf.extend_from_slice(&(members.len() as u64).to_le_bytes());
+            buf.extend_from_slice(&len16(members.len())?);
             for (name, member) in members {
-                take(budget, name.len() + 8)?;
-                buf.extend_from_slice(&(name.len() as u64).to_le_bytes());
+                take(budget, name.len() + 2)?;
+                buf.extend_from_slice(&len16(name.len())?);
                 buf.extend_from_slice(name.as_bytes());
                 encode_value(member, buf, budget, depth + 1)?;
             }
@@ -196,13 +211,22 @@ fn quick_of(kind: u8, bytes: &[u8]) -> u64 {
     hasher.finish()
 }
 
-/// The SHA-256 of an encoding: two different arguments never share it (a collision of
-/// SHA-256), whatever a caller sends to make the [`quick_of`] hashes meet.
-fn digest_of(kind: u8, bytes: &[u8]) -> ArgsDigest {
-    let mut hasher = Sha256::new();
-    hasher.update([kind]);
-    hasher.update(bytes);
-    hasher.finalize().into()
+/// This process's key for [`digest_of`], drawn once from the operating system (`getrandom`);
+/// `None` if it gave none, and then nothing is kept.
+fn sip_key() -> Option<(u64, u64)> {
+    static KEY: OnceLock<Option<(u64, u64)>> = OnceLock::new();
+    *KEY.get_or_init(|| Some((getrandom::u64().ok()?, getrandom::u64().ok()?)))
+}
+
+/// The keyed SipHash-2-4-128 of an encoding under [`sip_key`]: without the key, no caller can
+/// make other arguments meet it, whatever they send to make the [`quick_of`] hashes meet.
+/// `None` without a key.
+fn digest_of(kind: u8, bytes: &[u8]) -> Option<ArgsDigest> {
+    let (k0, k1) = sip_key()?;
+    let mut hasher = SipHasher24::new_with_keys(k0, k1);
+    hasher.write_u8(kind);
+    hasher.write(bytes);
+    Some(hasher.finish128().as_u128())
 }
 
 /// The quick hash of `given` (tests).
@@ -211,10 +235,10 @@ fn quick(given: &CallArgs<'_>) -> Option<u64> {
     with_encoding(given, quick_of)
 }
 
-/// The SHA-256 of `given` (tests).
+/// The keyed hash of `given` (tests).
 #[cfg(test)]
 fn digest(given: &CallArgs<'_>) -> Option<ArgsDigest> {
-    with_encoding(given, digest_of)
+    with_encoding(given, digest_of).flatten()
 }
 
 /// The call `spec` made on this thread from the same arguments (`given`) in the caller's
@@ -223,7 +247,7 @@ fn digest(given: &CallArgs<'_>) -> Option<ArgsDigest> {
 /// also reports any refusal.
 pub(crate) fn recall(spec: &'static ToolSpec, given: &CallArgs<'_>) -> Recall {
     let tool = tool_id(spec);
-    // One borrow: the kept entry's quick hash compared, then its SHA-256 (no user code runs
+    // One borrow: the kept entry's quick hash compared, then its keyed hash (no user code runs
     // while it is held), and on a match what the last derivation saw cleared.
     let found = with_encoding(given, |kind, bytes| {
         let hash = quick_of(kind, bytes);
@@ -231,7 +255,9 @@ pub(crate) fn recall(spec: &'static ToolSpec, given: &CallArgs<'_>) -> Recall {
             .try_with(|memo| {
                 let mut memo = memo.try_borrow_mut().ok()?;
                 let kept = memo.kept.as_ref().filter(|kept| {
-                    kept.tool == tool && kept.quick == hash && kept.digest == digest_of(kind, bytes)
+                    kept.tool == tool
+                        && kept.quick == hash
+                        && Some(kept.digest) == digest_of(kind, bytes)
                 })?;
                 let parts = (kept.key.clone(), kept.scope.clone(), kept.args.clone());
                 memo.seen = None;
@@ -263,7 +289,7 @@ pub(crate) fn recall(spec: &'static ToolSpec, given: &CallArgs<'_>) -> Recall {
 }
 
 /// Notes that `call` was derived for `spec` from `given`, whose quick hash [`recall`]
-/// returned (`hash`): kept (with the SHA-256 of `given`) on the second time in a row for
+/// returned (`hash`): kept (with the keyed hash of `given`) on the second time in a row for
 /// the same tool and arguments.
 pub(crate) fn note(spec: &'static ToolSpec, given: &CallArgs<'_>, hash: Option<u64>, call: &Call) {
     let Some(hash) = hash else {
@@ -279,7 +305,7 @@ pub(crate) fn note(spec: &'static ToolSpec, given: &CallArgs<'_>, hash: Option<u
             return;
         }
         memo.seen = None;
-        let Some(digest) = with_encoding(given, digest_of) else {
+        let Some(digest) = with_encoding(given, digest_of).flatten() else {
             return;
         };
         let (key, scope, args) = call.derived();
@@ -404,7 +430,7 @@ mod tests {
         clear();
         let (kept_text, other) = (CallArgs::Text(r#"{"n":1}"#), CallArgs::Text(r#"{"n":2}"#));
         keep(&SPEC, &kept_text);
-        // As if `other`'s quick hash collided with the kept arguments': the SHA-256 decides.
+        // As if `other`'s quick hash collided with the kept arguments': the keyed hash decides.
         MEMO.with(|m| {
             if let Some(kept) = m.borrow_mut().kept.as_mut() {
                 kept.quick = quick(&other).unwrap();
@@ -446,6 +472,9 @@ mod tests {
             serde_json::json!({"n": 1, "tags": ["a", "b"], "x": 0}),
             serde_json::json!({"n": 1, "tags": ["b", "a"], "x": 0.0}),
             serde_json::json!({"n": 1, "tags": ["ab"], "x": 0.0}),
+            serde_json::json!({"n": 1, "tags": "ab", "x": 0.0}),
+            serde_json::json!({"n": 1, "tags": [["a", "b"]], "x": 0.0}),
+            serde_json::json!({"n": 1, "tagsx": ["a", "b"], "": 0.0}),
             serde_json::json!({"n": 1, "tags": ["a", "b"], "x": 0.0, "y": null}),
         ] {
             assert!(!kept(&SPEC, &CallArgs::Value(other.clone())), "{other}");
