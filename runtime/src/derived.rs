@@ -17,12 +17,12 @@
 //! with 128-bit output, a pseudorandom function under a 128-bit key drawn from the
 //! operating system once per process ([`sip_key`]) and never shown: arguments crafted to
 //! meet the kept ones' hash would have to guess the key, and two different arguments
-//! share it with probability 2^-128. (SHA-256 did this before, at a higher cost per call;
-//! a recall needs only that no other argument can be taken for the kept one, not a digest
-//! anyone can recompute.) If the operating system gives no key, nothing
-//! is kept. The entry holds the two hashes, not the arguments, so no argument (a
-//! `Secret`'s clear value among them) stays in memory after its call; what it holds besides
-//! is the key and the canonical arguments, which the store keeps anyway.
+//! share it with probability 2^-128. A recall needs only that no other arguments pass for
+//! the kept ones, not a digest anyone can recompute, which a SHA-256 gave at a higher cost.
+//! If the operating system gives no key, nothing is kept. The entry holds the two hashes,
+//! not the arguments, so no argument (a `Secret`'s clear value among them) stays in memory
+//! after its call; what it holds besides is the key and the canonical arguments, which the
+//! store keeps anyway.
 //!
 //! What it never changes: which call is made. The key and the arguments are a function of
 //! the arguments given, the tool and the scope (`docs/key-spec.md`); the members check and
@@ -49,9 +49,7 @@
 
 use core::cell::RefCell;
 use core::hash::{BuildHasher, Hasher};
-use std::sync::Arc;
-
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
 use siphasher::sip128::{Hasher128, SipHasher24};
