@@ -208,3 +208,35 @@ async fn a_lowered_size_limit_refuses_a_kept_text_as_it_refuses_a_decoded_one() 
     })
     .await;
 }
+
+/// A registry call given a `Value` takes a replay's result as the `Value` this thread
+/// encoded before from the same stored text (`runtime/src/decoded.rs`): the same value a
+/// decode gives, and never another record's.
+#[tokio::test(flavor = "current_thread")]
+async fn a_value_replay_is_the_stored_results_own_whatever_this_thread_kept() {
+    let _serial = SERIAL.lock().await;
+    let value: serde_json::Value = serde_json::from_str(TEXT).unwrap();
+    let kept = with_store(MemoryStore::new(), async {
+        let first = registry().call("text_order", value.clone()).await.unwrap();
+        for i in 0..4 {
+            let out = registry().call("text_order", value.clone()).await.unwrap();
+            assert_eq!(out.outcome, Outcome::Replayed, "replay {i}");
+            assert_eq!(out.value, first.value, "replay {i}");
+        }
+        first.value
+    })
+    .await;
+    // Another store: the same key, another record (another run's result). Its replays are
+    // its own result, not the `Value` kept from the first store's.
+    with_store(MemoryStore::new(), async {
+        let first = registry().call("text_order", value.clone()).await.unwrap();
+        assert_eq!(first.outcome, Outcome::Executed);
+        assert_ne!(first.value, kept);
+        for i in 0..4 {
+            let out = registry().call("text_order", value.clone()).await.unwrap();
+            assert_eq!(out.outcome, Outcome::Replayed, "replay {i}");
+            assert_eq!(out.value, first.value, "replay {i}");
+        }
+    })
+    .await;
+}

@@ -20,6 +20,14 @@
 //! state (an `Arc<Mutex<_>>` in a result) would share it between replays on one thread;
 //! decoding gives each replay its own (docs/guarantees.md).
 //!
+//! A registry call given a `Value` (`Registry::call`, MCP `tools/call`) turns that value
+//! into a `serde_json::Value` on every replay (`serde_json::to_value`). For the same tools
+//! (a `Clone` result), each thread also keeps the `Value` it encoded for one stored text
+//! ([`kept_value`], [`note_value`]), by the same rule: the same tool and byte-identical
+//! stored text, kept on its second encoding in a row. A replay it answers is neither
+//! decoded nor encoded again; the `Value` is a clone of an earlier `to_value` of a decode of
+//! the same text.
+//!
 //! Written here rather than with a caching crate: the entry is keyed by the exact text and
 //! holds a value of a type known only to the tool's expansion (a `Box<dyn Any>` with the
 //! expansion's own copy function), which no general cache's API expresses more simply.
@@ -83,6 +91,71 @@ thread_local! {
     static MEMO: RefCell<Memo> = RefCell::new(Memo::default());
 }
 
+/// The `Value` this thread encoded last from a replay's stored text (for a registry call
+/// given a `Value`): the tool, the text, the `Value`.
+struct KeptValue {
+    /// The tool's spec, by address.
+    tool: usize,
+    text: Box<str>,
+    value: serde_json::Value,
+}
+
+/// This thread's [`KeptValue`], and what the last encoding that did not keep one saw.
+#[derive(Default)]
+struct ValueMemo {
+    /// The tool and the hash of the stored text of the last encoding: a second encoding
+    /// of the same text for the same tool keeps its `Value`.
+    seen: Option<(usize, u64)>,
+    kept: Option<KeptValue>,
+}
+
+thread_local! {
+    static VALUES: RefCell<ValueMemo> = RefCell::new(ValueMemo::default());
+}
+
+/// A clone of the `Value` this thread encoded for `spec` from byte-identical stored `text`,
+/// if it kept one.
+pub(crate) fn kept_value(spec: &'static ToolSpec, text: &str) -> Option<serde_json::Value> {
+    let tool = tool_id(spec);
+    VALUES
+        .try_with(|memo| {
+            let memo = memo.try_borrow().ok()?;
+            let kept = memo.kept.as_ref()?;
+            (kept.tool == tool && *kept.text == *text).then(|| kept.value.clone())
+        })
+        .ok()
+        .flatten()
+}
+
+/// Notes that a replay of `spec` encoded stored `text` as `value`: kept on the second time
+/// in a row for the same tool and text (texts up to [`KEEP_MAX_BYTES`]).
+pub(crate) fn note_value(spec: &'static ToolSpec, text: &str, value: &serde_json::Value) {
+    if text.len() > KEEP_MAX_BYTES {
+        return;
+    }
+    let tool = tool_id(spec);
+    let hash = foldhash::fast::FixedState::with_seed(0).hash_one(text);
+    // The entry replaced, dropped after the borrow ends.
+    let replaced = VALUES
+        .try_with(|memo| {
+            let mut memo = memo.try_borrow_mut().ok()?;
+            if memo.seen == Some((tool, hash)) {
+                memo.seen = None;
+                memo.kept.replace(KeptValue {
+                    tool,
+                    text: text.into(),
+                    value: value.clone(),
+                })
+            } else {
+                memo.seen = Some((tool, hash));
+                None
+            }
+        })
+        .ok()
+        .flatten();
+    drop(replaced);
+}
+
 /// The address that stands for `spec` in an entry (here and in `derived.rs`): each tool
 /// has its own `static` spec.
 pub(crate) fn tool_id(spec: &'static ToolSpec) -> usize {
@@ -142,7 +215,7 @@ pub(crate) fn decode<T>(
 
 #[cfg(test)]
 mod tests {
-    use super::{decode, Keeper, MEMO};
+    use super::{decode, kept_value, note_value, Keeper, MEMO, VALUES};
     use crate::engine::Codec;
     use crate::spec::{SourceLocation, ToolKind, ToolSpec};
     use core::cell::Cell;
@@ -235,5 +308,34 @@ mod tests {
             decode(&SPEC, keeper, &codec, &big).unwrap();
         }
         assert_eq!(decodes(), 3);
+    }
+
+    #[test]
+    fn a_value_is_kept_on_its_second_encoding_of_the_same_text_for_the_same_tool() {
+        VALUES.with(|m| *m.borrow_mut() = super::ValueMemo::default());
+        let (a, b) = (serde_json::json!({"n": 1}), serde_json::json!({"n": 2}));
+        assert_eq!(kept_value(&SPEC, "{\"n\":1}"), None);
+        note_value(&SPEC, "{\"n\":1}", &a);
+        assert_eq!(
+            kept_value(&SPEC, "{\"n\":1}"),
+            None,
+            "kept on the second time only"
+        );
+        note_value(&SPEC, "{\"n\":1}", &a);
+        assert_eq!(kept_value(&SPEC, "{\"n\":1}"), Some(a.clone()));
+        // Another text, another tool: not the kept one's.
+        assert_eq!(kept_value(&SPEC, "{\"n\": 1}"), None);
+        assert_eq!(kept_value(&OTHER, "{\"n\":1}"), None);
+        // Two texts in turn keep nothing new; the kept entry stays.
+        note_value(&SPEC, "{\"n\":2}", &b);
+        note_value(&OTHER, "{\"n\":2}", &b);
+        note_value(&SPEC, "{\"n\":2}", &b);
+        assert_eq!(kept_value(&SPEC, "{\"n\":2}"), None);
+        assert_eq!(kept_value(&SPEC, "{\"n\":1}"), Some(a));
+        // Over the bound: never kept.
+        let big = format!("\"{}\"", "x".repeat(super::KEEP_MAX_BYTES));
+        note_value(&SPEC, &big, &b);
+        note_value(&SPEC, &big, &b);
+        assert_eq!(kept_value(&SPEC, &big), None);
     }
 }

@@ -810,6 +810,26 @@ pub fn replay_now<T, E>(
     telemetry.key(&call.key);
     let span = telemetry.span();
     let mut written = CallReport::default();
+    // A caller given a `Value`, for a tool whose result is kept (`decoded.rs`): the stored
+    // text whose `Value` this thread may have kept.
+    let value_text = match &record.state {
+        RecordState::Completed {
+            result,
+            is_error: false,
+            ..
+        } if !text && ops.keeper.is_some() => Some(result.as_str()),
+        _ => None,
+    };
+    if let Some(value) = value_text.and_then(|stored| decoded::kept_value(call.spec, stored)) {
+        telemetry::in_span(&span, || {
+            count_replay(&call, &mut telemetry, Some(&mut written))
+        });
+        written.key = Some(core::mem::take(&mut call.key));
+        return Now::Done(
+            Ok(crate::registry::CallResult::Value(value)),
+            Report(written),
+        );
+    }
     let out = telemetry::in_span(&span, || {
         replay_counted(
             &call,
@@ -822,7 +842,11 @@ pub fn replay_now<T, E>(
     // The call ends here: its key moves into the report rather than being copied.
     written.key = Some(core::mem::take(&mut call.key));
     let stored = written.stored.take();
-    Now::Done(encode(out, stored), Report(written))
+    let result = encode(out, stored);
+    if let (Some(stored), Ok(crate::registry::CallResult::Value(value))) = (value_text, &result) {
+        decoded::note_value(call.spec, stored, value);
+    }
+    Now::Done(result, Report(written))
 }
 
 /// Whether this task holds an MCP task start (`as_task_start`), which [`start`] takes:
@@ -1001,6 +1025,16 @@ fn replayed<T, E>(
     out
 }
 
+/// A replay counted: logged, decided in the call's telemetry, and its outcome written into
+/// `report` if a registry call reads one.
+fn count_replay(call: &Call, telemetry: &mut CallTelemetry, report: Option<&mut CallReport>) {
+    tracing::debug!(tool = call.spec.name, key = %call.key, decision = "replayed", "tool-contracts: replayed stored result");
+    telemetry.decided(Decision::Replayed);
+    if let Some(r) = report {
+        r.outcome = Some(Outcome::Replayed);
+    }
+}
+
 /// A completed record's result as this call's answer, counted as a replay, and written
 /// into `report` if a registry call reads one (with the stored result text if it takes
 /// text, which it then sends on).
@@ -1011,11 +1045,7 @@ fn replay_counted<T, E>(
     telemetry: &mut CallTelemetry,
     mut report: Option<(&mut CallReport, bool)>,
 ) -> Result<T, E> {
-    tracing::debug!(tool = call.spec.name, key = %call.key, decision = "replayed", "tool-contracts: replayed stored result");
-    telemetry.decided(Decision::Replayed);
-    if let Some((r, _)) = report.as_mut() {
-        r.outcome = Some(Outcome::Replayed);
-    }
+    count_replay(call, telemetry, report.as_mut().map(|(r, _)| &mut **r));
     match replay(call, ops, record) {
         Ok(value) => {
             if let (
