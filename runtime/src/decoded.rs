@@ -70,81 +70,75 @@ impl<T: Clone + 'static> Keeper<T> {
     }
 }
 
-/// The value kept on this thread: the tool it belongs to, the text it was decoded from.
-struct Kept {
+/// What this thread kept for one stored text: the tool it belongs to, the text, and what
+/// was made from it (the decoded result, or its `Value`).
+struct Kept<V> {
     /// The tool's spec, by address (each tool has its own `static`).
     tool: usize,
     text: Box<str>,
-    value: Box<dyn Any>,
+    value: V,
 }
 
-/// This thread's entry, and what the last decode that did not keep one saw.
-#[derive(Default)]
-struct Memo {
-    /// The tool and the hash of the text of the last decode: a second decode of the same
-    /// text for the same tool keeps its value.
+/// One of this thread's entries, and what the last call that did not keep one saw.
+struct Memo<V> {
+    /// The tool and the hash of the text last seen: a second time in a row for the same
+    /// text and tool keeps what was made from it.
     seen: Option<(usize, u64)>,
-    kept: Option<Kept>,
+    kept: Option<Kept<V>>,
 }
 
-thread_local! {
-    static MEMO: RefCell<Memo> = RefCell::new(Memo::default());
-}
-
-/// The `Value` this thread encoded last from a replay's stored text (for a registry call
-/// given a `Value`): the tool, the text, the `Value`.
-struct KeptValue {
-    /// The tool's spec, by address.
-    tool: usize,
-    text: Box<str>,
-    value: serde_json::Value,
-}
-
-/// This thread's [`KeptValue`], and what the last encoding that did not keep one saw.
-#[derive(Default)]
-struct ValueMemo {
-    /// The tool and the hash of the stored text of the last encoding: a second encoding
-    /// of the same text for the same tool keeps its `Value`.
-    seen: Option<(usize, u64)>,
-    kept: Option<KeptValue>,
-}
-
-thread_local! {
-    static VALUES: RefCell<ValueMemo> = RefCell::new(ValueMemo::default());
-}
-
-/// A clone of the `Value` this thread encoded for `spec` from byte-identical stored `text`,
-/// if it kept one.
-pub(crate) fn kept_value(spec: &'static ToolSpec, text: &str) -> Option<serde_json::Value> {
-    let tool = tool_id(spec);
-    VALUES
-        .try_with(|memo| {
-            let memo = memo.try_borrow().ok()?;
-            let kept = memo.kept.as_ref()?;
-            (kept.tool == tool && *kept.text == *text).then(|| kept.value.clone())
-        })
-        .ok()
-        .flatten()
-}
-
-/// Notes that a replay of `spec` encoded stored `text` as `value`: kept on the second time
-/// in a row for the same tool and text (texts up to [`KEEP_MAX_BYTES`]).
-pub(crate) fn note_value(spec: &'static ToolSpec, text: &str, value: &serde_json::Value) {
-    if text.len() > KEEP_MAX_BYTES {
-        return;
+impl<V> Default for Memo<V> {
+    fn default() -> Self {
+        Self {
+            seen: None,
+            kept: None,
+        }
     }
-    let tool = tool_id(spec);
+}
+
+/// A thread's entry, as `thread_local!` declares it.
+type Local<V> = std::thread::LocalKey<RefCell<Memo<V>>>;
+
+thread_local! {
+    /// The decoded result ([`decode`]).
+    static MEMO: RefCell<Memo<Box<dyn Any>>> = RefCell::new(Memo::default());
+    /// The `Value` encoded from the result ([`kept_value`]).
+    static VALUES: RefCell<Memo<serde_json::Value>> = RefCell::new(Memo::default());
+}
+
+/// `copy` of what `memo` kept for `tool` and byte-identical `text`, if it kept it.
+fn lookup<V: 'static, R>(
+    memo: &'static Local<V>,
+    tool: usize,
+    text: &str,
+    copy: impl FnOnce(&V) -> Option<R>,
+) -> Option<R> {
+    memo.try_with(|memo| {
+        let memo = memo.try_borrow().ok()?;
+        let kept = memo.kept.as_ref()?;
+        if kept.tool != tool || *kept.text != *text {
+            return None;
+        }
+        copy(&kept.value)
+    })
+    .ok()
+    .flatten()
+}
+
+/// Notes that `tool` made a value from `text`: on the second time in a row for the same
+/// tool and text, `memo` keeps `make()` for it.
+fn note<V: 'static>(memo: &'static Local<V>, tool: usize, text: &str, make: impl FnOnce() -> V) {
     let hash = foldhash::fast::FixedState::with_seed(0).hash_one(text);
-    // The entry replaced, dropped after the borrow ends.
-    let replaced = VALUES
+    // The entry replaced, dropped after the borrow ends (its `Drop` may be the user's).
+    let replaced = memo
         .try_with(|memo| {
             let mut memo = memo.try_borrow_mut().ok()?;
             if memo.seen == Some((tool, hash)) {
                 memo.seen = None;
-                memo.kept.replace(KeptValue {
+                memo.kept.replace(Kept {
                     tool,
                     text: text.into(),
-                    value: value.clone(),
+                    value: make(),
                 })
             } else {
                 memo.seen = Some((tool, hash));
@@ -154,6 +148,20 @@ pub(crate) fn note_value(spec: &'static ToolSpec, text: &str, value: &serde_json
         .ok()
         .flatten();
     drop(replaced);
+}
+
+/// A clone of the `Value` this thread encoded for `spec` from byte-identical stored `text`,
+/// if it kept one.
+pub(crate) fn kept_value(spec: &'static ToolSpec, text: &str) -> Option<serde_json::Value> {
+    lookup(&VALUES, tool_id(spec), text, |value| Some(value.clone()))
+}
+
+/// Notes that a replay of `spec` encoded stored `text` as `value`: kept on the second time
+/// in a row for the same tool and text (texts up to [`KEEP_MAX_BYTES`]).
+pub(crate) fn note_value(spec: &'static ToolSpec, text: &str, value: &serde_json::Value) {
+    if text.len() <= KEEP_MAX_BYTES {
+        note(&VALUES, tool_id(spec), text, || value.clone());
+    }
 }
 
 /// The address that stands for `spec` in an entry (here and in `derived.rs`): each tool
@@ -175,41 +183,11 @@ pub(crate) fn decode<T>(
         return codec.decode(text);
     };
     let tool = tool_id(spec);
-    let copy = MEMO
-        .try_with(|memo| {
-            let memo = memo.try_borrow().ok()?;
-            let kept = memo.kept.as_ref()?;
-            if kept.tool != tool || *kept.text != *text {
-                return None;
-            }
-            (keeper.copy)(&*kept.value)
-        })
-        .ok()
-        .flatten();
-    if let Some(copy) = copy {
+    if let Some(copy) = lookup(&MEMO, tool, text, |kept| (keeper.copy)(&**kept)) {
         return Ok(copy);
     }
     let value = codec.decode(text)?;
-    let hash = foldhash::fast::FixedState::with_seed(0).hash_one(text);
-    // The entry replaced, dropped after the borrow ends (its `Drop` is the user's).
-    let replaced = MEMO
-        .try_with(|memo| {
-            let mut memo = memo.try_borrow_mut().ok()?;
-            if memo.seen == Some((tool, hash)) {
-                memo.seen = None;
-                memo.kept.replace(Kept {
-                    tool,
-                    text: text.into(),
-                    value: (keeper.keep)(&value),
-                })
-            } else {
-                memo.seen = Some((tool, hash));
-                None
-            }
-        })
-        .ok()
-        .flatten();
-    drop(replaced);
+    note(&MEMO, tool, text, || (keeper.keep)(&value));
     Ok(value)
 }
 
@@ -312,7 +290,7 @@ mod tests {
 
     #[test]
     fn a_value_is_kept_on_its_second_encoding_of_the_same_text_for_the_same_tool() {
-        VALUES.with(|m| *m.borrow_mut() = super::ValueMemo::default());
+        VALUES.with(|m| *m.borrow_mut() = super::Memo::default());
         let (a, b) = (serde_json::json!({"n": 1}), serde_json::json!({"n": 2}));
         assert_eq!(kept_value(&SPEC, "{\"n\":1}"), None);
         note_value(&SPEC, "{\"n\":1}", &a);
