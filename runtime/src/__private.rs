@@ -110,7 +110,7 @@ pub fn decode_tool_input<A: DeserializeOwned>(
 }
 
 /// The call a registry entry point made on this thread from the same JSON arguments for
-/// this tool in this scope (`derived.rs`: the same SHA-256 of the arguments as given), if
+/// this tool in this scope (`derived.rs`: the same keyed hash of the arguments as given), if
 /// this thread kept it; the arguments are then decoded only if the body must run.
 /// Otherwise their quick hash, for [`note_call`].
 pub fn recall_call(spec: &'static ToolSpec, args: &CallArgs<'_>) -> Recall {

@@ -820,32 +820,35 @@ pub fn replay_now<T, E>(
         } if !text && ops.keeper.is_some() => Some(result.as_str()),
         _ => None,
     };
-    if let Some(value) = value_text.and_then(|stored| decoded::kept_value(call.spec, stored)) {
-        telemetry::in_span(&span, || {
-            count_replay(&call, &mut telemetry, Some(&mut written))
-        });
-        written.key = Some(core::mem::take(&mut call.key));
-        return Now::Done(
-            Ok(crate::registry::CallResult::Value(value)),
-            Report(written),
-        );
-    }
-    let out = telemetry::in_span(&span, || {
-        replay_counted(
-            &call,
-            &ops,
-            &record,
-            &mut telemetry,
-            Some((&mut written, text)),
-        )
-    });
+    let result = match value_text.and_then(|stored| decoded::kept_value(call.spec, stored)) {
+        Some(value) => {
+            telemetry::in_span(&span, || {
+                count_replay(&call, &mut telemetry, Some(&mut written))
+            });
+            Ok(crate::registry::CallResult::Value(value))
+        }
+        None => {
+            let out = telemetry::in_span(&span, || {
+                replay_counted(
+                    &call,
+                    &ops,
+                    &record,
+                    &mut telemetry,
+                    Some((&mut written, text)),
+                )
+            });
+            let stored = written.stored.take();
+            let result = encode(out, stored);
+            if let (Some(stored), Ok(crate::registry::CallResult::Value(value))) =
+                (value_text, &result)
+            {
+                decoded::note_value(call.spec, stored, value);
+            }
+            result
+        }
+    };
     // The call ends here: its key moves into the report rather than being copied.
     written.key = Some(core::mem::take(&mut call.key));
-    let stored = written.stored.take();
-    let result = encode(out, stored);
-    if let (Some(stored), Ok(crate::registry::CallResult::Value(value))) = (value_text, &result) {
-        decoded::note_value(call.spec, stored, value);
-    }
     Now::Done(result, Report(written))
 }
 
