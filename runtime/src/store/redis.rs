@@ -537,6 +537,9 @@ impl Scripts {
     }
 }
 
+/// The longest wait, in milliseconds, between two sends of one operation on a cluster.
+const CLUSTER_RETRY_WAIT_MS: u64 = 500;
+
 /// Settings for [`RedisStore`], from [`RedisStore::builder`] (one server, or a cluster by
 /// a `redis+cluster://` URL) or [`RedisStore::cluster_builder`] (a cluster by its nodes).
 ///
@@ -589,7 +592,9 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// How long the server may take to answer one operation (default 5 s).
+    /// How long the server may take to answer one operation (default 5 s). On a cluster
+    /// each send of an operation gets this long, so with `N` [re-sends](Self::reconnect_attempts)
+    /// an operation fails after at most `(N + 1) x (timeout + 0.5 s)`.
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
         self
@@ -678,11 +683,22 @@ impl RedisStoreBuilder {
         // The addresses only: the URLs may carry a password.
         let addr = format!("cluster {}", addrs.join(","));
         let retries = u32::try_from(self.reconnect_attempts).unwrap_or(u32::MAX);
+        // The cluster client bounds a whole request, re-sends included, by its overall
+        // timeout, which defaults to the response timeout: re-sends after a redirection
+        // (an `ASK` whose `ASKING` another script took, under load) then ran out of time
+        // before `reconnect_attempts` was reached. Each attempt gets its own response
+        // window and each wait between them its longest back-off, so the bound is
+        // still finite: (attempts + 1) x (response timeout + the 500 ms back-off).
+        let overall = self
+            .response_timeout
+            .saturating_add(Duration::from_millis(CLUSTER_RETRY_WAIT_MS))
+            .saturating_mul(retries.saturating_add(1));
         let client = ClusterClientBuilder::new(nodes)
             .connection_timeout(self.connect_timeout)
             .response_timeout(self.response_timeout)
+            .overall_response_timeout(Some(overall))
             .retries(retries)
-            .max_retry_wait(500)
+            .max_retry_wait(CLUSTER_RETRY_WAIT_MS)
             .build()
             .map_err(|e| StoreError::unavailable("invalid redis cluster URLs", e))?;
         let conn = client
