@@ -540,6 +540,12 @@ impl Scripts {
 /// The longest wait, in milliseconds, between two sends of one operation on a cluster.
 const CLUSTER_RETRY_WAIT_MS: u64 = 500;
 
+/// The shortest wait, in milliseconds, between two sends of one operation on a cluster
+/// (after a `TRYAGAIN` or a dropped connection; a `MOVED` or `ASK` is followed at once).
+/// Set because the redis crate's default (1,280 ms) is above [`CLUSTER_RETRY_WAIT_MS`],
+/// and its back-off then waits its minimum, not the cap: every re-send took 1.28 s.
+const CLUSTER_MIN_RETRY_WAIT_MS: u64 = 10;
+
 /// Settings for [`RedisStore`], from [`RedisStore::builder`] (one server, or a cluster by
 /// a `redis+cluster://` URL) or [`RedisStore::cluster_builder`] (a cluster by its nodes).
 ///
@@ -604,7 +610,8 @@ impl RedisStoreBuilder {
     /// before an operation gives up (default 2). On one server, operations themselves are
     /// never retried: a claim whose answer was lost might have been applied. On a cluster
     /// this is also how often the cluster client re-sends an operation after a redirection
-    /// (`MOVED`, `ASK`), a `TRYAGAIN` or a dropped connection: see "Redis Cluster" in the
+    /// (`MOVED`, `ASK`: at once), a `TRYAGAIN` or a dropped connection (after a wait that
+    /// starts at 10 ms and doubles, jittered, up to 500 ms): see "Redis Cluster" in the
     /// module docs for why a re-sent script is safe.
     pub fn reconnect_attempts(mut self, attempts: usize) -> Self {
         self.reconnect_attempts = attempts;
@@ -698,6 +705,7 @@ impl RedisStoreBuilder {
             .response_timeout(self.response_timeout)
             .overall_response_timeout(Some(overall))
             .retries(retries)
+            .min_retry_wait(CLUSTER_MIN_RETRY_WAIT_MS)
             .max_retry_wait(CLUSTER_RETRY_WAIT_MS)
             .build()
             .map_err(|e| StoreError::unavailable("invalid redis cluster URLs", e))?;
