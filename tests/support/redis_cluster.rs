@@ -19,6 +19,9 @@ use std::time::{Duration, Instant};
 /// How many primaries the cluster has (no replicas).
 pub const PRIMARIES: usize = 3;
 
+/// How many times a cluster is started on fresh ports before a test gives up.
+const START_ATTEMPTS: usize = 5;
+
 /// A running cluster; dropping it stops its servers and removes their directory.
 pub struct LocalCluster {
     servers: Vec<Child>,
@@ -70,6 +73,25 @@ impl LocalCluster {
             );
             return None;
         }
+        // A port found free can be taken before its server binds it (another process's
+        // listener, or an outgoing connection's source port, come from the same range):
+        // such a node exits at once, and the cluster starts again on other ports.
+        let mut taken = Vec::new();
+        for _ in 0..START_ATTEMPTS {
+            match LocalCluster::launch() {
+                Ok(cluster) => return Some(cluster),
+                Err(why) => taken.push(why),
+            }
+        }
+        panic!(
+            "{suite}: no local Redis Cluster after {START_ATTEMPTS} attempts: {}",
+            taken.join("; ")
+        );
+    }
+
+    /// Starts three nodes on ports free a moment ago and joins them into a cluster; `Err`
+    /// when a node exited before answering (its port taken), its servers stopped.
+    fn launch() -> Result<LocalCluster, String> {
         let dir = std::env::temp_dir().join(crate::support::unique("tc-redis-cluster"));
         std::fs::create_dir_all(&dir).expect("a temporary directory for the cluster");
         let mut cluster = LocalCluster {
@@ -100,8 +122,13 @@ impl LocalCluster {
             cluster.servers.push(server);
             cluster.ports.push(port);
         }
-        for port in cluster.ports.clone() {
-            cluster.wait_for(port, &["PING"], "PONG");
+        // Each port answered by its own node (`INFO server` names the process), not by
+        // whatever else holds the port while our node fails to bind it and exits.
+        for (port, pid) in cluster.ports.clone().into_iter().zip(cluster.pids()) {
+            let own = format!("process_id:{pid}");
+            cluster.wait_for(port, &["INFO", "server"], |out| {
+                out.lines().any(|line| line.trim_end() == own)
+            })?;
         }
         let created = Command::new("redis-cli")
             .args(["--cluster", "create"])
@@ -117,13 +144,27 @@ impl LocalCluster {
             String::from_utf8_lossy(&created.stderr)
         );
         for port in cluster.ports.clone() {
-            cluster.wait_for(port, &["CLUSTER", "INFO"], "cluster_state:ok");
+            let ok = |out: &str| out.contains("cluster_state:ok");
+            if let Err(why) = cluster.wait_for(port, &["CLUSTER", "INFO"], ok) {
+                panic!("{why} after the cluster was created");
+            }
         }
-        Some(cluster)
+        Ok(cluster)
     }
 
-    /// Waits until `redis-cli -p port ARGS` answers with `expected` in it.
-    fn wait_for(&mut self, port: u16, args: &[&str], expected: &str) {
+    /// The process ids of the nodes, in port order.
+    fn pids(&self) -> Vec<u32> {
+        self.servers.iter().map(Child::id).collect()
+    }
+
+    /// Waits until `redis-cli -p port ARGS` answers with what `expected` accepts; `Err` if
+    /// a node exited meanwhile.
+    fn wait_for(
+        &mut self,
+        port: u16,
+        args: &[&str],
+        expected: impl Fn(&str) -> bool,
+    ) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let out = Command::new("redis-cli")
@@ -131,17 +172,19 @@ impl LocalCluster {
                 .args(args)
                 .output()
                 .expect("redis-cli runs");
-            if String::from_utf8_lossy(&out.stdout).contains(expected) {
-                return;
+            if expected(&String::from_utf8_lossy(&out.stdout)) {
+                return Ok(());
             }
-            for server in &mut self.servers {
+            for (server, node) in self.servers.iter_mut().zip(&self.ports) {
                 if let Ok(Some(status)) = server.try_wait() {
-                    panic!("a cluster node exited ({status}); its port may have been taken");
+                    return Err(format!(
+                        "the node on port {node} exited ({status}); its port may have been taken"
+                    ));
                 }
             }
             assert!(
                 Instant::now() < deadline,
-                "node 127.0.0.1:{port} never answered {args:?} with {expected:?}"
+                "node 127.0.0.1:{port} never answered {args:?} as expected"
             );
             std::thread::sleep(Duration::from_millis(50));
         }
