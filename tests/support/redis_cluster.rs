@@ -124,7 +124,8 @@ impl LocalCluster {
         }
         // Each port answered by its own node (`INFO server` names the process), not by
         // whatever else holds the port while our node fails to bind it and exits.
-        for (port, pid) in cluster.ports.clone().into_iter().zip(cluster.pids()) {
+        let pids: Vec<u32> = cluster.servers.iter().map(Child::id).collect();
+        for (port, pid) in cluster.ports.clone().into_iter().zip(pids) {
             let own = format!("process_id:{pid}");
             cluster.wait_for(port, &["INFO", "server"], |out| {
                 out.lines().any(|line| line.trim_end() == own)
@@ -150,11 +151,6 @@ impl LocalCluster {
             }
         }
         Ok(cluster)
-    }
-
-    /// The process ids of the nodes, in port order.
-    fn pids(&self) -> Vec<u32> {
-        self.servers.iter().map(Child::id).collect()
     }
 
     /// Waits until `redis-cli -p port ARGS` answers with what `expected` accepts; `Err` if

@@ -691,11 +691,11 @@ impl RedisStoreBuilder {
         let addr = format!("cluster {}", addrs.join(","));
         let retries = u32::try_from(self.reconnect_attempts).unwrap_or(u32::MAX);
         // The cluster client bounds a whole request, re-sends included, by its overall
-        // timeout, which defaults to the response timeout: re-sends after a redirection
-        // (an `ASK` whose `ASKING` another script took, under load) then ran out of time
-        // before `reconnect_attempts` was reached. Each attempt gets its own response
-        // window and each wait between them its longest back-off, so the bound is
-        // still finite: (attempts + 1) x (response timeout + the 500 ms back-off).
+        // timeout, which defaults to the response timeout: the re-sends and the waits
+        // between them then ran out of time before `reconnect_attempts` was reached (a
+        // listing during a slot migration, under CI load). Each send gets its own
+        // response window and each wait its longest back-off, so the bound stays
+        // finite: (attempts + 1) x (response timeout + the 500 ms back-off).
         let overall = self
             .response_timeout
             .saturating_add(Duration::from_millis(CLUSTER_RETRY_WAIT_MS))
